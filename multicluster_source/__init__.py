@@ -1,0 +1,61 @@
+"""multicluster_source: read one logical stream from topics on many Kafka clusters, live.
+
+Everything a user needs is importable from here; implementation modules are private (``_``-prefixed) and the
+subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See the README for the quick start.
+"""
+
+from __future__ import annotations
+
+from ._offsets import OffsetsInitializer
+from ._records import RawRecord, SourceRecord
+from ._source import MultiClusterKafkaSource, MultiClusterKafkaSourceBuilder
+from ._stream import SourceStream
+from .exceptions import (
+    CheckpointError,
+    ConfigurationError,
+    DeserializationError,
+    MetadataError,
+    MetadataValidationError,
+    MultiClusterSourceError,
+    SourceFailedError,
+)
+from .metadata import (
+    ClusterMetadata,
+    ConfigMapMetadataService,
+    FileMetadataService,
+    KafkaMetadataService,
+    KafkaStream,
+    KafkaStreamSubscriber,
+    NotifyingMetadataService,
+    StaticMetadataService,
+    StreamPatternSubscriber,
+    StreamSetSubscriber,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointError",
+    "ClusterMetadata",
+    "ConfigMapMetadataService",
+    "ConfigurationError",
+    "DeserializationError",
+    "FileMetadataService",
+    "KafkaMetadataService",
+    "KafkaStream",
+    "KafkaStreamSubscriber",
+    "MetadataError",
+    "MetadataValidationError",
+    "MultiClusterKafkaSource",
+    "MultiClusterKafkaSourceBuilder",
+    "MultiClusterSourceError",
+    "NotifyingMetadataService",
+    "OffsetsInitializer",
+    "RawRecord",
+    "SourceFailedError",
+    "SourceRecord",
+    "SourceStream",
+    "StaticMetadataService",
+    "StreamPatternSubscriber",
+    "StreamSetSubscriber",
+]

@@ -1,0 +1,119 @@
+"""Durable checkpoints in a directory: written atomically (write, fsync, rename, fsync dir), last few kept.
+
+File ``chk-<id:012d>.json``, version 1::
+
+    {"version": 1, "checkpoint_id": 7, "source": "<name>", "created_ms": 1700000000000,
+     "enumerator": <enumerator state>, "positions": {"<split id>": <next offset>, ...}}
+
+``positions`` hold, for each split, the offset after the last record the caller had received when the
+checkpoint was taken. The newest file that reads cleanly wins; a damaged newer file is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .exceptions import CheckpointError
+
+CHECKPOINT_VERSION = 1
+_NAME = re.compile(r"^chk-(\d{12})\.json$")
+_log = logging.getLogger("multicluster_source.checkpoint")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint as read back."""
+
+    checkpoint_id: int
+    source: str
+    enumerator: dict[str, Any]
+    positions: dict[str, int]
+    path: Path
+
+
+class CheckpointStore:
+    """Writes and reads checkpoints of one source in one directory."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3) -> None:
+        self.directory = Path(directory)
+        self.keep = max(1, keep)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def _files(self) -> list[tuple[int, Path]]:
+        found = []
+        for entry in self.directory.iterdir():
+            m = _NAME.match(entry.name)
+            if m:
+                found.append((int(m.group(1)), entry))
+        return sorted(found)
+
+    def write(self, checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]) -> Path:
+        """Write a checkpoint durably; returns its path. Older ones beyond ``keep`` are deleted."""
+        doc = {
+            "version": CHECKPOINT_VERSION,
+            "checkpoint_id": checkpoint_id,
+            "source": source,
+            "created_ms": int(time.time() * 1000),
+            "enumerator": enumerator,
+            "positions": dict(sorted(positions.items())),
+        }
+        final = self.directory / f"chk-{checkpoint_id:012d}.json"
+        tmp = self.directory / f".chk-{checkpoint_id:012d}.json.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise CheckpointError(f"cannot write checkpoint {final}: {exc}") from exc
+        for _cid, old in self._files()[: -self.keep]:
+            try:
+                old.unlink()
+            except OSError as exc:
+                _log.warning("cannot delete old checkpoint %s: %s", old, exc)
+        return final
+
+    def read(self, path: Path) -> Checkpoint:
+        """Read one checkpoint file of any known version."""
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"checkpoint {path}: not a JSON object")
+        version = doc.get("version")
+        if version != 1:
+            raise CheckpointError(f"checkpoint {path}: unknown version {version!r} (this library reads 1)")
+        try:
+            positions = {str(k): int(v) for k, v in doc.get("positions", {}).items()}
+            return Checkpoint(
+                checkpoint_id=int(doc["checkpoint_id"]),
+                source=str(doc.get("source", "")),
+                enumerator=dict(doc["enumerator"]),
+                positions=positions,
+                path=path,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {path}: malformed: {exc}") from exc
+
+    def latest(self) -> Checkpoint | None:
+        """The newest checkpoint that reads cleanly, or None when there is none."""
+        for _cid, path in reversed(self._files()):
+            try:
+                return self.read(path)
+            except CheckpointError as exc:
+                _log.warning("skipping damaged checkpoint: %s", exc)
+        return None

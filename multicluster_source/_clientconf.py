@@ -1,0 +1,49 @@
+"""Client configuration for one cluster: source-wide properties, the cluster's own, and what the source sets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .metadata._model import ClusterMetadata
+from .metadata._placeholders import resolve_properties
+
+
+def cluster_client_config(
+    cluster: ClusterMetadata,
+    base: Mapping[str, str],
+    *,
+    client_id: str,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The resolved client configuration for ``cluster``: ``base`` (``set_properties``), overridden by the
+    cluster's own properties (placeholders resolved here, and only here), then bootstrap servers, client id
+    and ``extra`` (what the source itself must set). Contains secrets: never log it."""
+    conf = dict(resolve_properties(base, source="set_properties"))
+    conf.update(resolve_properties(cluster.properties, source=f"cluster {cluster.cluster_id} properties"))
+    conf["bootstrap.servers"] = cluster.bootstrap_servers
+    conf.setdefault("client.id", client_id)
+    if extra:
+        conf.update(extra)
+    return conf
+
+
+def merge_stream_clusters(streams_clusters: list[ClusterMetadata]) -> dict[str, ClusterMetadata]:
+    """Union of clusters over several streams: one entry per cluster id with the topics merged.
+
+    Raises ValueError naming the cluster when two streams disagree on its servers or properties.
+    """
+    merged: dict[str, ClusterMetadata] = {}
+    for cluster in streams_clusters:
+        seen = merged.get(cluster.cluster_id)
+        if seen is None:
+            merged[cluster.cluster_id] = cluster
+            continue
+        if not seen.same_connection(cluster):
+            raise ValueError(
+                f"cluster {cluster.cluster_id!r} appears in two streams with different bootstrap servers "
+                "or properties"
+            )
+        merged[cluster.cluster_id] = ClusterMetadata(
+            cluster.cluster_id, seen.bootstrap_servers, seen.topics | cluster.topics, seen.properties
+        )
+    return merged

@@ -1,0 +1,58 @@
+"""Source events exchanged between the enumerator and the readers.
+
+All are frozen dataclasses of plain values, so a runtime may carry them across processes.
+
+The metadata update sequence (what happens when the subscribed metadata changes):
+
+1. The enumerator reads the metadata service (on a poll, or at once when the service notifies it).
+2. It diffs the new per-cluster metadata against the current one: clusters added, removed, reconnected
+   (bootstrap servers or properties changed), and clusters whose topic set changed.
+3. It stops the per-cluster enumerators of removed clusters (their scheduled work is cancelled by the context
+   proxy), restarts those of reconnected clusters, and updates the topic sets of the others in place. The
+   splits of removed clusters and topics are dropped from the assignment and remembered with their positions
+   for ``stream-metadata-removed-retention-ms``.
+4. It sends one :class:`MetadataUpdateEvent` with the whole new metadata to every reader.
+5. Each reader diffs the event against what it had: it closes the fetchers of removed clusters, restarts
+   the fetchers of reconnected clusters (they resume where they were), unassigns partitions of removed
+   topics, and leaves every other cluster's fetcher running untouched.
+6. Splits of added clusters and topics follow as ordinary split assignments once discovered; a reader holds
+   a split whose cluster it does not know yet until a metadata event names it, and drops it if the event
+   does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .metadata._model import ClusterMetadata
+
+
+class SourceEvent:
+    """Base of every event between enumerator and readers."""
+
+
+@dataclass(frozen=True)
+class MetadataUpdateEvent(SourceEvent):
+    """The complete metadata the readers must follow now: cluster id -> cluster metadata (topics merged over
+    the subscribed streams)."""
+
+    clusters: Mapping[str, ClusterMetadata]
+    version: int = 0
+    """Increases with every reconciliation, so a reader can ignore a stale event."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clusters", MappingProxyType(dict(self.clusters)))
+
+
+@dataclass(frozen=True)
+class GetMetadataUpdateEvent(SourceEvent):
+    """Sent by a reader at start-up: asks the enumerator for the current metadata."""
+
+
+@dataclass(frozen=True)
+class SplitsFinishedEvent(SourceEvent):
+    """Sent by a reader when bounded splits reached their stopping offsets."""
+
+    split_ids: frozenset[str] = field(default_factory=frozenset)

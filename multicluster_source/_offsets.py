@@ -1,0 +1,186 @@
+"""Where reading starts (and, bounded, stops): :class:`OffsetsInitializer` and its resolution.
+
+Initializers are resolved to concrete offsets by the enumerator, with an admin client, before splits are
+created. A split therefore always carries a real offset, and a checkpoint taken before any record of it was
+read restores to the same place (a ``latest`` resolved again after a crash would skip records).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from .exceptions import ConfigurationError, MultiClusterSourceError
+from ._split import make_split_id
+
+_log = logging.getLogger("multicluster_source.offsets")
+
+Kind = Literal["earliest", "latest", "committed", "timestamp", "offsets"]
+Reset = Literal["earliest", "latest", "none"]
+_RESETS = ("earliest", "latest", "none")
+
+
+@dataclass(frozen=True)
+class OffsetsInitializer:
+    """Chooses offsets for partitions: ``earliest()``, ``latest()``, ``committed(reset=...)``,
+    ``timestamp(ms)`` or ``offsets({...})``.
+
+    Used for starting offsets (``set_starting_offsets``) and for stopping offsets of a bounded source
+    (``set_bounded``; there ``committed`` and ``earliest`` are allowed but rarely useful).
+    """
+
+    kind: Kind
+    reset: Reset = "earliest"
+    timestamp_ms: int | None = None
+    explicit: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "explicit", MappingProxyType(dict(self.explicit)))
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.reset, self.timestamp_ms, tuple(sorted(self.explicit.items()))))
+
+    @staticmethod
+    def earliest() -> OffsetsInitializer:
+        """The first offset still in each partition."""
+        return OffsetsInitializer("earliest")
+
+    @staticmethod
+    def latest() -> OffsetsInitializer:
+        """The end of each partition when the split is created (only records produced after that)."""
+        return OffsetsInitializer("latest")
+
+    @staticmethod
+    def committed(reset: str = "earliest") -> OffsetsInitializer:
+        """The group's committed offset; ``reset`` (earliest, latest, none) where there is none.
+
+        With ``reset="none"`` a partition without a committed offset fails the source.
+        """
+        if reset not in _RESETS:
+            raise ConfigurationError(f"committed(reset=...): {reset!r} is not one of {', '.join(_RESETS)}")
+        return OffsetsInitializer("committed", reset=reset)  # type: ignore[arg-type]
+
+    @staticmethod
+    def timestamp(ms: int) -> OffsetsInitializer:
+        """The first record whose timestamp is at or after ``ms`` (the end where there is none)."""
+        if not isinstance(ms, int) or ms < 0:
+            raise ConfigurationError(f"timestamp(ms): must be a non-negative int, got {ms!r}")
+        return OffsetsInitializer("timestamp", timestamp_ms=ms)
+
+    @staticmethod
+    def offsets(offsets: Mapping[str, int], reset: str = "earliest") -> OffsetsInitializer:
+        """Explicit offsets by split id ``"cluster/topic/partition"``, or ``"topic/partition"`` for every
+        cluster; other partitions use ``reset``."""
+        if reset not in _RESETS:
+            raise ConfigurationError(f"offsets(reset=...): {reset!r} is not one of {', '.join(_RESETS)}")
+        clean: dict[str, int] = {}
+        for key, value in offsets.items():
+            parts = str(key).split("/")
+            if len(parts) not in (2, 3) or not parts[-1].isdigit() or not all(parts):
+                raise ConfigurationError(
+                    f"offsets(...): key {key!r} must be 'cluster/topic/partition' or 'topic/partition'"
+                )
+            if not isinstance(value, int) or value < 0:
+                raise ConfigurationError(f"offsets(...): offset for {key!r} must be an int >= 0, got {value!r}")
+            clean[str(key)] = value
+        return OffsetsInitializer("offsets", reset=reset, explicit=clean)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        """A short human-readable form for logs."""
+        if self.kind == "committed":
+            return f"committed(reset={self.reset})"
+        if self.kind == "timestamp":
+            return f"timestamp({self.timestamp_ms})"
+        if self.kind == "offsets":
+            return f"offsets({len(self.explicit)} explicit, reset={self.reset})"
+        return self.kind
+
+
+class OffsetResolutionError(MultiClusterSourceError):
+    """Offsets could not be resolved for a cluster (unreachable, or no committed offset with reset=none)."""
+
+
+def _list_offsets(admin: Any, specs: dict[tuple[str, int], Any], timeout: float) -> dict[tuple[str, int], int]:
+    from confluent_kafka import TopicPartition
+
+    if not specs:
+        return {}
+    request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
+    futures = admin.list_offsets(request, request_timeout=timeout)
+    out: dict[tuple[str, int], int] = {}
+    for tp, fut in futures.items():
+        out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout + 5).offset)
+    return out
+
+
+def _committed(admin: Any, group_id: str, tps: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
+    futures = admin.list_consumer_group_offsets(request, request_timeout=timeout)
+    out: dict[tuple[str, int], int] = {}
+    for fut in futures.values():
+        result = fut.result(timeout=timeout + 5)
+        for tp in result.topic_partitions:
+            out[(tp.topic, tp.partition)] = int(tp.offset)
+    return out
+
+
+def resolve_offsets(
+    initializer: OffsetsInitializer,
+    *,
+    admin: Any,
+    cluster_id: str,
+    group_id: str | None,
+    partitions: list[tuple[str, int]],
+    timeout: float = 30.0,
+) -> dict[tuple[str, int], int]:
+    """Concrete offsets for ``partitions`` of one cluster. Blocking: call it off the coordinator thread."""
+    from confluent_kafka.admin import OffsetSpec
+
+    if not partitions:
+        return {}
+    kind = initializer.kind
+    if kind == "earliest":
+        return _list_offsets(admin, {tp: OffsetSpec.earliest() for tp in partitions}, timeout)
+    if kind == "latest":
+        return _list_offsets(admin, {tp: OffsetSpec.latest() for tp in partitions}, timeout)
+    if kind == "timestamp":
+        assert initializer.timestamp_ms is not None
+        found = _list_offsets(
+            admin, {tp: OffsetSpec.for_timestamp(initializer.timestamp_ms) for tp in partitions}, timeout
+        )
+        missing = [tp for tp, off in found.items() if off < 0]
+        found.update(_list_offsets(admin, {tp: OffsetSpec.latest() for tp in missing}, timeout))
+        return found
+    out: dict[tuple[str, int], int] = {}
+    if kind == "committed":
+        if not group_id:
+            raise OffsetResolutionError("committed offsets need a group id (set_group_id)")
+        for tp, off in _committed(admin, group_id, partitions, timeout).items():
+            if off >= 0:
+                out[tp] = off
+    else:  # explicit offsets
+        for topic, partition in partitions:
+            for key in (make_split_id(cluster_id, topic, partition), f"{topic}/{partition}"):
+                if key in initializer.explicit:
+                    out[(topic, partition)] = initializer.explicit[key]
+                    break
+    rest = [tp for tp in partitions if tp not in out]
+    if rest:
+        if initializer.reset == "none":
+            names = ", ".join(make_split_id(cluster_id, t, p) for t, p in rest[:5])
+            raise OffsetResolutionError(f"no {initializer.kind} offset and reset=none for: {names}")
+        spec = OffsetSpec.earliest() if initializer.reset == "earliest" else OffsetSpec.latest()
+        _log.info(
+            "cluster=%s: %d partitions without a %s offset start at %s",
+            cluster_id,
+            len(rest),
+            kind,
+            initializer.reset,
+        )
+        out.update(_list_offsets(admin, dict.fromkeys(rest, spec), timeout))
+    return out

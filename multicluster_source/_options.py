@@ -1,0 +1,427 @@
+"""Source options and client properties: keep the two apart and validate both before anything runs.
+
+A user hands the builder one flat ``str -> str`` mapping, as in Flink. :func:`split_properties` separates the
+source's own options (:data:`SOURCE_OPTION_KEYS`, parsed into a frozen :class:`SourceOptions`) from client
+properties, which go to every consumer unchanged and are checked by librdkafka itself through
+:func:`validate_client_properties`, without contacting a broker.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Final, Literal, cast
+
+from confluent_kafka import Consumer, KafkaException
+
+from multicluster_source.exceptions import ConfigurationError
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_MS",
+    "SOURCE_OPTION_KEYS",
+    "DeserializationErrorPolicy",
+    "EnumeratorMode",
+    "SourceOptions",
+    "split_properties",
+    "validate_client_properties",
+]
+
+_log = logging.getLogger(__name__)
+
+EnumeratorMode = Literal["per_cluster", "global"]
+DeserializationErrorPolicy = Literal["fail", "skip"]
+
+#: Upper bound of every millisecond option (about 31.7 years), within ``threading.TIMEOUT_MAX``.
+MAX_MS: Final = 1_000_000_000_000
+#: Upper bound of the count options (Java's ``Integer.MAX_VALUE``).
+MAX_COUNT: Final = 2_147_483_647
+#: ``Consumer.consume(num_messages=...)`` refuses more than this.
+_MAX_BATCH_RECORDS: Final = 1_000_000
+
+_INT_RE = re.compile(r"-?[0-9]+")
+
+
+@dataclass(frozen=True)
+class _IntRule:
+    """An integer range, optionally with ``-1`` as a special value."""
+
+    minimum: int
+    maximum: int
+    minus_one: str | None = None  # what -1 means, when it is allowed
+
+    def allowed(self) -> str:
+        span = f"an integer from {self.minimum} to {self.maximum}"
+        return f"-1 ({self.minus_one}) or {span}" if self.minus_one else span
+
+    def accepts(self, value: int) -> bool:
+        return (self.minus_one is not None and value == -1) or self.minimum <= value <= self.maximum
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One source option: its key, the :class:`SourceOptions` field and what values it takes."""
+
+    key: str
+    field: str
+    kind: Literal["int", "bool", "optional_bool", "choice"]
+    rule: _IntRule | None = None
+    choices: tuple[str, ...] = ()
+
+    def allowed(self) -> str:
+        if self.rule is not None:
+            return self.rule.allowed()
+        if self.kind == "choice":
+            return " or ".join(repr(c) for c in self.choices)
+        return "'true' or 'false' (case-insensitive)"
+
+    def error(self, value: object) -> ConfigurationError:
+        return ConfigurationError(
+            f"source option {self.key!r} has invalid value {value!r}: allowed values are {self.allowed()}"
+        )
+
+    def parse(self, text: str) -> object:
+        """Turn the string form into the field's value; raise naming key, value and allowed values."""
+        if not isinstance(text, str):
+            raise self.error(text)
+        stripped = text.strip()
+        if self.kind == "int":
+            if not _INT_RE.fullmatch(stripped):
+                raise self.error(text)
+            return int(stripped)
+        if self.kind in ("bool", "optional_bool"):
+            lowered = stripped.lower()
+            if lowered not in ("true", "false"):
+                raise self.error(text)
+            return lowered == "true"
+        lowered = stripped.lower()
+        if lowered not in self.choices:
+            raise self.error(text)
+        return lowered
+
+    def check(self, value: object) -> None:
+        """Raise unless ``value`` is a valid field value (used for direct construction too)."""
+        if self.kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if not ok or self.rule is None or not self.rule.accepts(cast(int, value)):
+                raise self.error(value)
+        elif self.kind == "bool":
+            if not isinstance(value, bool):
+                raise self.error(value)
+        elif self.kind == "optional_bool":
+            if value is not None and not isinstance(value, bool):
+                raise self.error(value)
+        elif value not in self.choices:
+            raise self.error(value)
+
+    def format(self, value: object) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+
+_OPTIONS: Final[tuple[_Option, ...]] = (
+    _Option(
+        "stream-metadata-discovery-interval-ms",
+        "stream_metadata_discovery_interval_ms",
+        "int",
+        _IntRule(1, MAX_MS, "discover once"),
+    ),
+    _Option(
+        "stream-metadata-discovery-failure-threshold",
+        "stream_metadata_discovery_failure_threshold",
+        "int",
+        _IntRule(1, MAX_COUNT, "never fail"),
+    ),
+    _Option(
+        "stream-metadata-removed-retention-ms",
+        "stream_metadata_removed_retention_ms",
+        "int",
+        _IntRule(0, MAX_MS),
+    ),
+    _Option(
+        "partition.discovery.interval.ms",
+        "partition_discovery_interval_ms",
+        "int",
+        _IntRule(1, MAX_MS, "disabled"),
+    ),
+    _Option("commit.offsets.on.checkpoint", "commit_offsets_on_checkpoint", "optional_bool"),
+    _Option("stream-enumerator-mode", "enumerator_mode", "choice", choices=("per_cluster", "global")),
+    _Option("num.standby.replicas", "num_standby_replicas", "int", _IntRule(0, MAX_COUNT)),
+    _Option(
+        "deserialization-error-policy", "deserialization_error_policy", "choice", choices=("fail", "skip")
+    ),
+    _Option("topic.tracking.enable", "topic_tracking_enable", "bool"),
+    _Option("topic.tracking.allow.reset", "topic_tracking_allow_reset", "bool"),
+    _Option("reader.buffer.max.batches", "reader_buffer_max_batches", "int", _IntRule(1, MAX_COUNT)),
+    _Option("reader.batch.max.records", "reader_batch_max_records", "int", _IntRule(1, _MAX_BATCH_RECORDS)),
+    _Option("metadata.change.debounce.ms", "metadata_change_debounce_ms", "int", _IntRule(0, MAX_MS)),
+)
+_BY_KEY: Final = {o.key: o for o in _OPTIONS}
+_BY_FIELD: Final = {o.field: o for o in _OPTIONS}
+
+#: Every key the source consumes itself; any other key is a client property.
+SOURCE_OPTION_KEYS: Final[frozenset[str]] = frozenset(_BY_KEY)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's own options, validated; every field is checked on construction too.
+
+    Field names follow the option keys (``stream-metadata-discovery-interval-ms`` ->
+    ``stream_metadata_discovery_interval_ms``), except ``stream-enumerator-mode`` -> ``enumerator_mode``.
+    Durations are integer milliseconds; ``-1`` means "once" (discovery interval), "never fail" (failure
+    threshold) or "disabled" (partition discovery). ``commit_offsets_on_checkpoint=None`` means "true when a
+    group id is set" (see :meth:`commits_offsets`).
+    """
+
+    stream_metadata_discovery_interval_ms: int = 30_000
+    stream_metadata_discovery_failure_threshold: int = -1
+    stream_metadata_removed_retention_ms: int = 86_400_000
+    partition_discovery_interval_ms: int = 30_000
+    commit_offsets_on_checkpoint: bool | None = None
+    enumerator_mode: EnumeratorMode = "per_cluster"
+    num_standby_replicas: int = 0
+    deserialization_error_policy: DeserializationErrorPolicy = "fail"
+    topic_tracking_enable: bool = True
+    topic_tracking_allow_reset: bool = True
+    reader_buffer_max_batches: int = 16
+    reader_batch_max_records: int = 2000
+    metadata_change_debounce_ms: int = 100
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _BY_FIELD[f.name].check(getattr(self, f.name))
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> SourceOptions:
+        """Parse source options from their string form; keys not given keep their defaults.
+
+        ``props`` must hold source options only (use :func:`split_properties` first): any other key raises
+        :class:`ConfigurationError`, as does a value outside the allowed values; the message names the key,
+        the value given and what is allowed.
+        """
+        values: dict[str, Any] = {}
+        for key, text in props.items():
+            option = _BY_KEY.get(key)
+            if option is None:
+                raise ConfigurationError(f"unknown source option {key!r}{_hint(key)}")
+            value = option.parse(text)
+            try:
+                option.check(value)
+            except ConfigurationError:
+                raise option.error(text) from None  # name the value as it was given
+            values[option.field] = value
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, str]:
+        """The options in their string form, keyed by option key; ``from_properties`` reads it back.
+
+        ``commit.offsets.on.checkpoint`` is left out while it is ``None`` (the group-id dependent default).
+        """
+        out: dict[str, str] = {}
+        for option in _OPTIONS:
+            value = getattr(self, option.field)
+            if value is not None:
+                out[option.key] = option.format(value)
+        return out
+
+    def commits_offsets(self, group_id: str | None) -> bool:
+        """Whether checkpointed offsets are committed back to the clusters, given the source's group id."""
+        if self.commit_offsets_on_checkpoint is None:
+            return bool(group_id)
+        return self.commit_offsets_on_checkpoint
+
+
+def split_properties(props: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split one flat mapping into ``(source options, client properties)``; the input is not mutated."""
+    source: dict[str, str] = {}
+    client: dict[str, str] = {}
+    for key, value in props.items():
+        (source if key in SOURCE_OPTION_KEYS else client)[key] = value
+    return source, client
+
+
+# ----------------------------------------------------------------------------------------- client properties
+
+#: Keys confluent-kafka reads as Python callables; a string property cannot provide them.
+_CALLBACK_KEYS: Final = frozenset(
+    {"error_cb", "throttle_cb", "stats_cb", "logger", "oauth_cb", "on_commit", "on_delivery"}
+)
+#: Hints for keys that are not client properties but look like something the source offers.
+_KEY_HINTS: Final = {
+    "client.id.prefix": "set it with set_client_id_prefix(), not as a property",
+}
+#: librdkafka parses a bool as true for these spellings (case-insensitive).
+_LIBRDKAFKA_TRUE: Final = frozenset({"true", "t", "1"})
+_SECRET_WORDS: Final = ("password", "secret", "jaas", "token", "credential", "key.pem", "private")
+#: librdkafka's messages for a single bad key or value; group 1 is always the property name.
+_NAMED_ERROR_RES: Final = (
+    re.compile(r'No such configuration property: "([^"]+)"'),
+    re.compile(r'Invalid value (?:"[^"]*" )?for configuration property "([^"]+)"'),
+    re.compile(r'Configuration property "([^"]+)" value .* is outside allowed range'),
+    re.compile(r'Expected bool value for "([^"]+)"'),
+    re.compile(r"^(\S+) requires a callable"),
+)
+
+
+def _hint(key: str) -> str:
+    if key in _KEY_HINTS:
+        return f" ({_KEY_HINTS[key]})"
+    close = difflib.get_close_matches(key, sorted(SOURCE_OPTION_KEYS), n=1, cutoff=0.75)
+    return f" (did you mean source option {close[0]!r}?)" if close else ""
+
+
+def _shown(key: str, value: str) -> str:
+    """A value as it may appear in a message: secrets never do."""
+    if any(word in key.lower() for word in _SECRET_WORDS):
+        return "'***'"
+    return repr(value)
+
+
+class _LibrdkafkaLog(logging.Handler):
+    """Collects librdkafka's log lines during a probe so none reaches stderr."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _swallow(_error: object) -> None:
+    """``error_cb`` of probe consumers: they never connect, and nothing they report matters."""
+
+
+def _probe(props: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """Create and close a consumer with ``props``; return (librdkafka's error or None, log lines).
+
+    No ``bootstrap.servers`` is given, so librdkafka opens no connection and logs no connection errors.
+    """
+    # A standalone logger (not registered with logging's manager), so concurrent probes never mix lines.
+    probe_logger = logging.Logger(f"{__name__}.probe")
+    handler = _LibrdkafkaLog()
+    conf: dict[str, object] = {"group.id": "multicluster-source-config-probe", **props}
+    conf["logger"] = probe_logger
+    conf["error_cb"] = _swallow
+    probe_logger.addHandler(handler)
+    try:
+        consumer = Consumer(conf)
+        consumer.close()
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        text = error.str() if hasattr(error, "str") else str(error)
+        return str(text).strip(), handler.lines
+    except (TypeError, ValueError) as exc:
+        return str(exc).strip(), handler.lines
+    return None, handler.lines
+
+
+def _conf_error_property(message: str) -> str | None:
+    """The property a librdkafka per-property error names (unknown key, bad value), else None."""
+    for pattern in _NAMED_ERROR_RES:
+        match = pattern.search(message)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _reject(where: str, key: str, value: str | None, message: str) -> ConfigurationError:
+    if message.startswith("No such configuration property"):
+        return ConfigurationError(
+            f"{where}: unknown client property {key!r}{_hint(key)} (librdkafka: {message})"
+        )
+    shown = "" if value is None else f" {_shown(key, value)}"
+    if _conf_error_property(message) is None:
+        # librdkafka refused to create the client with this property (checked alone), not its syntax.
+        return ConfigurationError(
+            f"{where}: client property {key!r} with value{shown} is refused (librdkafka: {message})"
+        )
+    return ConfigurationError(
+        f"{where}: invalid value{shown} for client property {key!r} (librdkafka: {message})"
+    )
+
+
+def validate_client_properties(props: Mapping[str, str], *, where: str) -> None:
+    """Ask librdkafka whether every entry of ``props`` is a valid consumer property; no broker is contacted.
+
+    A short-lived consumer without ``bootstrap.servers`` is created and closed at once, with its log and
+    errors captured (so nothing is printed). Raises :class:`ConfigurationError` whose message starts with
+    ``where`` (e.g. ``"set_properties"``, ``"cluster east properties"``) and names the property:
+
+    * an unknown key (with a hint when it resembles a source option or a builder setter);
+    * a value librdkafka refuses (secret values are masked in the message);
+    * ``enable.auto.commit`` set to true: the source reads with ``assign()`` and commits the offsets of
+      completed checkpoints itself (``commit.offsets.on.checkpoint``); auto-commit would commit offsets of
+      records not yet covered by a checkpoint and break at-least-once delivery on restore;
+    * an empty ``group.id`` (it would abort the process inside confluent-kafka; use ``set_group_id``);
+    * confluent-kafka's callback keys (``error_cb``, ``stats_cb``, ...), which cannot be strings.
+
+    A value holding a placeholder (``${env:NAME}``, ``${file:PATH}``) is not resolved here: only its key is
+    checked. ``bootstrap.servers`` is accepted and not probed (the cluster's metadata provides it).
+    Producer-only properties are accepted (librdkafka ignores them) and logged as a warning.
+    """
+    literal: dict[str, str] = {}
+    placeholders: dict[str, str] = {}
+    for key, value in props.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigurationError(
+                f"{where}: client property {key!r} must map a string to a string, got {type(value).__name__}"
+            )
+        if key in _CALLBACK_KEYS:
+            raise ConfigurationError(
+                f"{where}: client property {key!r} is a confluent-kafka callback and cannot be given as a "
+                "string property; the source installs its own callbacks"
+            )
+        if key == "bootstrap.servers":
+            continue
+        if "${" in value:
+            placeholders[key] = value
+        else:
+            literal[key] = value
+
+    if "enable.auto.commit" in literal and literal["enable.auto.commit"].strip().lower() in _LIBRDKAFKA_TRUE:
+        raise ConfigurationError(
+            f"{where}: client property 'enable.auto.commit' must not be true: the source assigns partitions "
+            "itself and commits the offsets of completed checkpoints (see 'commit.offsets.on.checkpoint'); "
+            "remove it or set it to 'false'"
+        )
+    if "group.id" in literal and not literal["group.id"].strip():
+        raise ConfigurationError(
+            f"{where}: client property 'group.id' must not be empty; use set_group_id() to name the group"
+        )
+
+    for key, value in placeholders.items():
+        # The value is not literal: only an unknown key is an error, whatever librdkafka says of the value.
+        message, _ = _probe({key: value})
+        if message is not None and message.startswith("No such configuration property"):
+            raise _reject(where, key, None, message)
+
+    message, log_lines = _probe(literal)
+    if message is not None:
+        _raise_for(where, literal, message, lenient=bool(placeholders))
+    for line in log_lines:
+        if "CONFWARN" in line:
+            _log.warning("%s: %s", where, line.rsplit("]: ", 1)[-1])
+
+
+def _raise_for(where: str, literal: Mapping[str, str], message: str, *, lenient: bool) -> None:
+    """Turn a failed probe of ``literal`` into a ConfigurationError naming the culprit property."""
+    key = _conf_error_property(message)
+    if key is not None and key in literal:
+        raise _reject(where, key, literal[key], message)
+    if lenient:
+        # Every property was accepted one by one; only creating the client failed, and unresolved
+        # placeholder values (left out of the probe) may be what it missed, e.g. a keystore password.
+        return
+    # The message names no property (e.g. "Failed to create consumer: ..."): find the one that fails alone.
+    for candidate, value in literal.items():
+        single, _ = _probe({candidate: value})
+        if single is not None:
+            raise _reject(where, candidate, value, single)
+    keys = ", ".join(sorted(literal))
+    raise ConfigurationError(f"{where}: client properties rejected together ({keys}) (librdkafka: {message})")

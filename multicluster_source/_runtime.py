@@ -1,0 +1,360 @@
+"""The local runtime: the enumerator on a coordinator thread, each reader on a thread of its own.
+
+* :class:`Coordinator` runs a mailbox on thread ``mcs-coordinator-<source>``; timers fire on it too; blocking
+  calls run on a small pool of ``mcs-io-<source>`` threads and come back through the mailbox.
+* :class:`ReaderRunner` runs one reader on thread ``mcs-reader-<source>-<i>``; its inbox carries split
+  assignments, events and the no-more-splits signal as plain values (the seam a process runtime would cross).
+* :class:`Handoff` is the bounded buffer between fetch threads and the caller: when it is full, fetchers wait
+  and pause their partitions, so memory stays bounded.
+* :class:`PositionTracker` holds, per split, the offset after the last record the caller received.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ._events import SourceEvent
+from ._framework import RecordBatch, SourceReader, SplitEnumerator
+from ._split import KafkaPartitionSplit
+
+T = TypeVar("T")
+_log = logging.getLogger("multicluster_source.runtime")
+
+
+class PositionTracker:
+    """Split id -> next offset after the last record delivered to the caller. Thread-safe."""
+
+    def __init__(self, initial: Mapping[str, int] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._positions: dict[str, int] = dict(initial or {})
+
+    def advance(self, positions: Mapping[str, int]) -> None:
+        """Record positions reached by delivered records."""
+        with self._lock:
+            self._positions.update(positions)
+
+    def get(self, split_ids: Sequence[str]) -> dict[str, int]:
+        """Positions of the named splits that have one."""
+        with self._lock:
+            return {s: self._positions[s] for s in split_ids if s in self._positions}
+
+    def forget(self, split_ids: Sequence[str]) -> None:
+        """Drop positions."""
+        with self._lock:
+            for s in split_ids:
+                self._positions.pop(s, None)
+
+    def snapshot(self) -> dict[str, int]:
+        """A copy of every position."""
+        with self._lock:
+            return dict(self._positions)
+
+
+class Handoff:
+    """The bounded buffer of record batches between fetch threads and the caller."""
+
+    def __init__(self, max_batches: int) -> None:
+        self._q: queue.Queue[RecordBatch] = queue.Queue(maxsize=max_batches)
+        self.closed = threading.Event()
+
+    def put(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
+        """Wait for room; False when stopping or closed first."""
+        while not self.closed.is_set():
+            try:
+                self._q.put(batch, timeout=0.05)
+                return True
+            except queue.Full:
+                if should_stop():
+                    return False
+        return False
+
+    def get(self, timeout: float) -> RecordBatch | None:
+        """The next batch, or None after ``timeout`` seconds."""
+        try:
+            if timeout <= 0:
+                return self._q.get_nowait()
+            return self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def full(self) -> bool:
+        """Whether there is no room right now."""
+        return self._q.full()
+
+    def empty(self) -> bool:
+        """Whether nothing waits."""
+        return self._q.empty()
+
+
+class _Handle:
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Coordinator:
+    """Runs the enumerator on one thread and is its :class:`SplitEnumeratorContext`."""
+
+    def __init__(
+        self,
+        source_name: str,
+        parallelism: int,
+        tracker: PositionTracker,
+        on_fail: Callable[[BaseException], None],
+        io_threads: int = 4,
+    ) -> None:
+        self.source_name = source_name
+        self._parallelism = parallelism
+        self._tracker = tracker
+        self._on_fail = on_fail
+        self._mailbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._timers: list[tuple[float, int, _Handle, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix=f"mcs-io-{source_name}")
+        self._thread = threading.Thread(target=self._run, name=f"mcs-coordinator-{source_name}", daemon=True)
+        self._stopped = threading.Event()
+        self.readers: list[ReaderRunner] = []
+        self.enumerator: SplitEnumerator | None = None
+
+    # -------------------------------------------------------------------------------- thread and mailbox
+
+    def start(self) -> None:
+        """Start the coordinator thread."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            timeout = 0.5
+            if self._timers:
+                timeout = max(0.0, min(timeout, self._timers[0][0] - time.monotonic()))
+            try:
+                item = self._mailbox.get(timeout=timeout)
+            except queue.Empty:
+                item = None
+            if item is not None:
+                self._execute(item)
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now and not self._stopped.is_set():
+                _due, _seq, handle, fn = heapq.heappop(self._timers)
+                if not handle.cancelled:
+                    self._execute(fn)
+
+    def _execute(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            _log.exception("source=%s: enumerator failed", self.source_name)
+            self._on_fail(exc)
+
+    def call_sync(self, fn: Callable[[], T], timeout: float = 60.0) -> T:
+        """Run ``fn`` on the coordinator thread and wait for its result (from any other thread)."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        future: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._mailbox.put(run)
+        return future.result(timeout=timeout)
+
+    def stop(self) -> None:
+        """Stop the thread and the I/O pool (after the enumerator was closed)."""
+        self._stopped.set()
+        self._mailbox.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        self._io.shutdown(wait=False, cancel_futures=True)
+
+    # ---------------------------------------------------------------------------- SplitEnumeratorContext
+
+    @property
+    def parallelism(self) -> int:
+        """Number of readers."""
+        return self._parallelism
+
+    def run_in_coordinator(self, fn: Callable[[], None], *, delay: float = 0.0) -> _Handle:
+        """Queue ``fn`` for the coordinator thread, after ``delay`` seconds."""
+        handle = _Handle()
+        if delay <= 0:
+            self._mailbox.put(lambda: None if handle.cancelled else fn())
+        else:
+            due = time.monotonic() + delay
+
+            def add_timer() -> None:
+                heapq.heappush(self._timers, (due, next(self._seq), handle, fn))
+
+            self._mailbox.put(add_timer)
+        return handle
+
+    def call_async(
+        self,
+        call: Callable[[], T],
+        handler: Callable[[T | None, BaseException | None], None],
+        *,
+        initial_delay: float = 0.0,
+        period: float | None = None,
+    ) -> _Handle:
+        """Run ``call`` on an I/O thread, ``handler`` on the coordinator thread; repeat every ``period``."""
+        handle = _Handle()
+
+        def submit() -> None:
+            if handle.cancelled or self._stopped.is_set():
+                return
+            try:
+                future = self._io.submit(call)
+            except RuntimeError:  # pool shut down
+                return
+            future.add_done_callback(lambda f: self._mailbox.put(lambda: deliver(f)))
+
+        def deliver(f: Future[T]) -> None:
+            if handle.cancelled:
+                return
+            error = f.exception()
+            handler(None if error is not None else f.result(), error)
+            if period is not None and not handle.cancelled:
+                inner = self.run_in_coordinator(submit, delay=period)
+                del inner
+
+        self.run_in_coordinator(submit, delay=initial_delay)
+        return handle
+
+    def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
+        """Send splits to readers' inboxes."""
+        for reader, splits in assignment.items():
+            self.readers[reader].deliver("splits", list(splits))
+
+    def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
+        """Send an event to one reader."""
+        self.readers[reader].deliver("event", event)
+
+    def signal_no_more_splits(self, reader: int) -> None:
+        """Tell a reader no more splits come."""
+        self.readers[reader].deliver("no_more_splits", None)
+
+    def delivered_positions(self, split_ids: Sequence[str]) -> dict[str, int]:
+        """Positions the caller reached."""
+        return self._tracker.get(split_ids)
+
+    def forget_positions(self, split_ids: Sequence[str]) -> None:
+        """Drop positions of splits gone for good."""
+        self._tracker.forget(split_ids)
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the source."""
+        self._on_fail(error)
+
+    def deliver_reader_event(self, reader: int, event: SourceEvent) -> None:
+        """Queue a reader's event for the enumerator (from the reader's thread)."""
+
+        def run() -> None:
+            if self.enumerator is not None:
+                self.enumerator.handle_reader_event(reader, event)
+
+        self._mailbox.put(run)
+
+
+class ReaderRunner:
+    """Runs one reader on its own thread and is its :class:`ReaderContext`."""
+
+    def __init__(
+        self,
+        index: int,
+        source_name: str,
+        coordinator: Coordinator,
+        handoff: Handoff,
+        on_fail: Callable[[BaseException], None],
+    ) -> None:
+        self._index = index
+        self._coordinator = coordinator
+        self._handoff = handoff
+        self._on_fail = on_fail
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self.finished = threading.Event()
+        self.reader: SourceReader | None = None
+        self._thread = threading.Thread(target=self._run, name=f"mcs-reader-{source_name}-{index}", daemon=True)
+
+    @property
+    def index(self) -> int:
+        """This reader's index."""
+        return self._index
+
+    def start(self, reader: SourceReader) -> None:
+        """Start the thread running ``reader``."""
+        self.reader = reader
+        self._thread.start()
+
+    def deliver(self, kind: str, payload: Any) -> None:
+        """Put a message in the inbox (from the coordinator thread)."""
+        self._inbox.put((kind, payload))
+
+    def _run(self) -> None:
+        reader = self.reader
+        assert reader is not None
+        try:
+            reader.start()
+            while not self._stopping.is_set():
+                try:
+                    kind, payload = self._inbox.get(timeout=0.05)
+                except queue.Empty:
+                    kind, payload = "", None
+                if kind == "splits":
+                    reader.add_splits(payload)
+                elif kind == "event":
+                    reader.handle_source_event(payload)
+                elif kind == "no_more_splits":
+                    reader.notify_no_more_splits()
+                elif kind == "stop":
+                    break
+                reader.poll_events()
+                if reader.is_finished():
+                    self.finished.set()
+        except BaseException as exc:
+            _log.exception("reader %d failed", self._index)
+            self._on_fail(exc)
+        finally:
+            try:
+                reader.close()
+            except Exception:
+                _log.exception("reader %d: close failed", self._index)
+
+    def stop(self) -> None:
+        """Stop the reader and wait for its thread (which closes its clients)."""
+        self._stopping.set()
+        self._inbox.put(("stop", None))
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+
+    # ------------------------------------------------------------------------------------- ReaderContext
+
+    def send_event_to_enumerator(self, event: SourceEvent) -> None:
+        """Send an event to the enumerator."""
+        self._coordinator.deliver_reader_event(self._index, event)
+
+    def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
+        """Hand a batch to the caller (blocking while the buffer is full)."""
+        return self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
+
+    def is_buffer_full(self) -> bool:
+        """Whether the hand-off buffer is full."""
+        return self._handoff.full()
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the source."""
+        self._on_fail(error)

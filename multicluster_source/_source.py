@@ -1,0 +1,314 @@
+"""The source (a thin factory) and its builder (the one way in, validating in one place)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._events import SourceEvent
+from ._framework import ReaderContext, SplitEnumeratorContext
+from ._offsets import OffsetsInitializer
+from ._options import SourceOptions, split_properties, validate_client_properties
+from ._records import RawRecord
+from ._stream import SourceStream
+from .enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
+from .enumerator._state import EnumeratorState
+from .exceptions import ConfigurationError
+from .metadata._model import KafkaMetadataService
+from .metadata._subscriber import KafkaStreamSubscriber, StreamPatternSubscriber, StreamSetSubscriber
+from .reader._fetcher import FetchSettings
+from .reader._multicluster import MultiClusterReader, ReaderSettings
+
+_log = logging.getLogger("multicluster_source")
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+__all__ = ["MultiClusterKafkaSource", "MultiClusterKafkaSourceBuilder"]
+
+Deserializer = Callable[[RawRecord], Any]
+
+
+def _ms_to_s(ms: int) -> float | None:
+    return None if ms < 0 else ms / 1000.0
+
+
+class MultiClusterKafkaSource:
+    """Reads one logical stream from topics on many Kafka clusters, following metadata changes live.
+
+    Build it with :meth:`builder`; run it with :meth:`open`::
+
+        source = (MultiClusterKafkaSource.builder()
+            .set_kafka_metadata_service(FileMetadataService("streams.yaml"))
+            .set_stream_ids(["orders"])
+            .set_group_id("billing")
+            .build())
+        with source.open(parallelism=2, checkpoint_dir="ckpt/") as stream:
+            for record in stream:
+                handle(record)
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        metadata_service: KafkaMetadataService,
+        subscriber: KafkaStreamSubscriber,
+        group_id: str | None,
+        deserializer: Deserializer | None,
+        starting: OffsetsInitializer,
+        stopping: OffsetsInitializer | None,
+        options: SourceOptions,
+        client_properties: Mapping[str, str],
+        client_id_prefix: str,
+    ) -> None:
+        self.name = name
+        self.metadata_service = metadata_service
+        self.subscriber = subscriber
+        self.group_id = group_id
+        self.deserializer = deserializer
+        self.starting = starting
+        self.stopping = stopping
+        self.options = options
+        self.client_properties = dict(client_properties)
+        self.client_id_prefix = client_id_prefix
+
+    @staticmethod
+    def builder() -> MultiClusterKafkaSourceBuilder:
+        """A new builder."""
+        return MultiClusterKafkaSourceBuilder()
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the source stops at stopping offsets (``set_bounded``)."""
+        return self.stopping is not None
+
+    def open(
+        self,
+        parallelism: int = 1,
+        *,
+        checkpoint_dir: str | None = None,
+        checkpoint_interval: float | None = None,
+        reader_racks: Mapping[int, str] | None = None,
+        admin_address: str | None = None,
+        registry: Any = None,
+    ) -> SourceStream:
+        """Start reading with ``parallelism`` readers; restores from the newest checkpoint in
+        ``checkpoint_dir``. Raises :class:`MetadataError` when no good metadata can be read at start."""
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise ConfigurationError(f"open(parallelism=...): must be an int >= 1, got {parallelism!r}")
+        if checkpoint_interval is not None:
+            if checkpoint_dir is None:
+                raise ConfigurationError("open(checkpoint_interval=...) needs checkpoint_dir")
+            if checkpoint_interval <= 0:
+                raise ConfigurationError(
+                    f"open(checkpoint_interval=...): must be > 0 seconds, got {checkpoint_interval!r}"
+                )
+        if reader_racks is not None or admin_address is not None:
+            _log.warning(
+                "source=%s: reader_racks and admin_address are accepted but not used by this version", self.name
+            )
+        return SourceStream(
+            self,
+            parallelism=parallelism,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_interval=checkpoint_interval,
+            registry=registry,
+        )
+
+    # ---------------------------------------------------------------- factories used by the runtime
+
+    def create_enumerator(
+        self,
+        context: SplitEnumeratorContext,
+        restored: dict[str, Any] | None,
+        positions: dict[str, int] | None,
+        metrics: Any,
+    ) -> MultiClusterEnumerator:
+        """The multi-cluster enumerator, restored from a checkpoint's state when given."""
+        opts = self.options
+        state = None
+        if restored is not None:
+            state = EnumeratorState.from_dict(restored).with_positions(positions or {})
+        settings = EnumeratorSettings(
+            source_name=self.name,
+            service=self.metadata_service,
+            subscriber=self.subscriber,
+            group_id=self.group_id,
+            starting=self.starting,
+            stopping=self.stopping,
+            client_properties=self.client_properties,
+            client_id_prefix=self.client_id_prefix,
+            metadata_interval_s=None if self.bounded else _ms_to_s(opts.stream_metadata_discovery_interval_ms),
+            failure_threshold=opts.stream_metadata_discovery_failure_threshold,
+            removed_retention_ms=opts.stream_metadata_removed_retention_ms,
+            partition_discovery_interval_s=_ms_to_s(opts.partition_discovery_interval_ms),
+            commit_offsets=opts.commits_offsets(self.group_id),
+            mode=opts.enumerator_mode,
+            metrics=metrics,
+        )
+        return MultiClusterEnumerator(context, settings, state)
+
+    def create_reader(self, context: ReaderContext, metrics: Any) -> MultiClusterReader:
+        """A reader for the runtime slot ``context``."""
+        fetch = FetchSettings(
+            source_name=self.name,
+            reader_index=context.index,
+            deserializer=self.deserializer,
+            error_policy=self.options.deserialization_error_policy,
+            batch_max_records=self.options.reader_batch_max_records,
+            metrics=metrics,
+        )
+        settings = ReaderSettings(
+            group_id=self.group_id or f"{self.name}-no-group",
+            client_properties=self.client_properties,
+            client_id_prefix=self.client_id_prefix,
+            bounded=self.bounded,
+            fetch=fetch,
+        )
+        return MultiClusterReader(context, settings)
+
+    def handles(self, event: SourceEvent) -> bool:
+        """Whether ``event`` is one of this source's events (for runtimes routing events)."""
+        return isinstance(event, SourceEvent)
+
+
+class MultiClusterKafkaSourceBuilder:
+    """Builds a :class:`MultiClusterKafkaSource`; ``build()`` validates everything and names what is wrong."""
+
+    def __init__(self) -> None:
+        self._service: KafkaMetadataService | None = None
+        self._subscriber: KafkaStreamSubscriber | None = None
+        self._subscriber_setter: str | None = None
+        self._group_id: str | None = None
+        self._deserializer: Deserializer | None = None
+        self._starting = OffsetsInitializer.earliest()
+        self._stopping: OffsetsInitializer | None = None
+        self._properties: dict[str, str] = {}
+        self._client_id_prefix: str | None = None
+        self._name: str | None = None
+
+    def set_kafka_metadata_service(self, service: KafkaMetadataService) -> MultiClusterKafkaSourceBuilder:
+        """Where stream metadata comes from."""
+        self._service = service
+        return self
+
+    def _set_subscriber(self, setter: str, subscriber: KafkaStreamSubscriber) -> MultiClusterKafkaSourceBuilder:
+        if self._subscriber_setter is not None and self._subscriber_setter != setter:
+            raise ConfigurationError(
+                f"{setter}() conflicts with {self._subscriber_setter}(): a source has one stream subscriber"
+            )
+        self._subscriber = subscriber
+        self._subscriber_setter = setter
+        return self
+
+    def set_stream_ids(self, stream_ids: Iterable[str]) -> MultiClusterKafkaSourceBuilder:
+        """Subscribe to these stream ids."""
+        ids = [stream_ids] if isinstance(stream_ids, str) else list(stream_ids)
+        if not ids or not all(isinstance(i, str) and i for i in ids):
+            raise ConfigurationError(f"set_stream_ids(): needs non-empty strings, got {ids!r}")
+        return self._set_subscriber("set_stream_ids", StreamSetSubscriber(ids))
+
+    def set_stream_pattern(self, pattern: str | re.Pattern[str]) -> MultiClusterKafkaSourceBuilder:
+        """Subscribe to every stream whose id matches ``pattern`` (``re.search``)."""
+        try:
+            subscriber = StreamPatternSubscriber(pattern)
+        except re.error as exc:
+            raise ConfigurationError(f"set_stream_pattern(): invalid regular expression: {exc}") from exc
+        return self._set_subscriber("set_stream_pattern", subscriber)
+
+    def set_kafka_stream_subscriber(self, subscriber: KafkaStreamSubscriber) -> MultiClusterKafkaSourceBuilder:
+        """A custom subscriber."""
+        return self._set_subscriber("set_kafka_stream_subscriber", subscriber)
+
+    def set_group_id(self, group_id: str) -> MultiClusterKafkaSourceBuilder:
+        """Consumer group id used on every cluster; offsets are committed under it on checkpoints."""
+        if not isinstance(group_id, str) or not group_id:
+            raise ConfigurationError(f"set_group_id(): needs a non-empty string, got {group_id!r}")
+        self._group_id = group_id
+        return self
+
+    def set_deserializer(self, deserializer: Deserializer) -> MultiClusterKafkaSourceBuilder:
+        """Any ``callable(RawRecord) -> value``; default: the value bytes."""
+        if not callable(deserializer):
+            raise ConfigurationError("set_deserializer(): needs a callable(RawRecord) -> value")
+        self._deserializer = deserializer
+        return self
+
+    def set_starting_offsets(self, initializer: OffsetsInitializer) -> MultiClusterKafkaSourceBuilder:
+        """Where reading starts on first sight of a partition (default: earliest)."""
+        if not isinstance(initializer, OffsetsInitializer):
+            raise ConfigurationError("set_starting_offsets(): needs an OffsetsInitializer")
+        self._starting = initializer
+        return self
+
+    def set_bounded(self, initializer: OffsetsInitializer) -> MultiClusterKafkaSourceBuilder:
+        """Batch mode: the stream finishes at these offsets; metadata and partitions are read once."""
+        if not isinstance(initializer, OffsetsInitializer):
+            raise ConfigurationError("set_bounded(): needs an OffsetsInitializer")
+        self._stopping = initializer
+        return self
+
+    def set_properties(self, properties: Mapping[str, str]) -> MultiClusterKafkaSourceBuilder:
+        """Client properties for every cluster, and source options (a cluster's own properties win)."""
+        for key, value in properties.items():
+            self.set_property(key, value)
+        return self
+
+    def set_property(self, key: str, value: str) -> MultiClusterKafkaSourceBuilder:
+        """One client property or source option."""
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(f"set_property(): key must be a non-empty string, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        self._properties[key] = str(value)
+        return self
+
+    def set_client_id_prefix(self, prefix: str) -> MultiClusterKafkaSourceBuilder:
+        """Prefix of every client id (``<prefix>-<cluster>-reader-<i>``)."""
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigurationError(f"set_client_id_prefix(): needs a non-empty string, got {prefix!r}")
+        self._client_id_prefix = prefix
+        return self
+
+    def set_name(self, name: str) -> MultiClusterKafkaSourceBuilder:
+        """Names the source in REST paths, logs, metrics and checkpoints ([A-Za-z0-9._-])."""
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigurationError(f"set_name(): {name!r} must match [A-Za-z0-9._-]{{1,200}}")
+        self._name = name
+        return self
+
+    def build(self) -> MultiClusterKafkaSource:
+        """Validate everything and make the source."""
+        if self._service is None:
+            raise ConfigurationError("set_kafka_metadata_service() is required")
+        if self._subscriber is None:
+            raise ConfigurationError(
+                "a stream subscriber is required: set_stream_ids(), set_stream_pattern() or "
+                "set_kafka_stream_subscriber()"
+            )
+        source_props, client_props = split_properties(self._properties)
+        options = SourceOptions.from_properties(source_props)
+        if "group.id" in client_props:
+            raise ConfigurationError("property 'group.id': use set_group_id() instead")
+        validate_client_properties(client_props, where="set_properties")
+        if self._stopping is not None and self._stopping.kind == "committed" and self._group_id is None:
+            raise ConfigurationError("set_bounded(OffsetsInitializer.committed()) needs set_group_id()")
+        if self._starting.kind == "committed" and self._group_id is None:
+            raise ConfigurationError("set_starting_offsets(OffsetsInitializer.committed()) needs set_group_id()")
+        name = self._name or self._group_id or f"source-{uuid.uuid4().hex[:8]}"
+        if not _NAME_RE.match(name):
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200]
+        return MultiClusterKafkaSource(
+            name=name,
+            metadata_service=self._service,
+            subscriber=self._subscriber,
+            group_id=self._group_id,
+            deserializer=self._deserializer,
+            starting=self._starting,
+            stopping=self._stopping,
+            options=options,
+            client_properties=client_props,
+            client_id_prefix=self._client_id_prefix or name,
+        )

@@ -1,0 +1,1 @@
+"""The enumerator role of the multi-cluster source (implementation; nothing public here)."""

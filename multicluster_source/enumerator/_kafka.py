@@ -1,0 +1,269 @@
+"""The per-cluster enumerator: partition discovery, offset resolution and offset commits for one cluster.
+
+Runs on the coordinator thread; its network calls run on I/O threads through its context proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from .._offsets import OffsetsInitializer, resolve_offsets
+from .._split import KafkaPartitionSplit
+from ..metadata._model import ClusterMetadata
+from .._framework import Cancellable
+from ._proxy import StoppableContextProxy
+
+_log = logging.getLogger("multicluster_source.enumerator")
+
+AdminFactory = Callable[[dict[str, str]], Any]
+
+
+def default_admin_factory(conf: dict[str, str]) -> Any:
+    """A confluent-kafka AdminClient for ``conf``."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(conf)
+
+
+@dataclass(frozen=True)
+class ClusterEnumeratorConfig:
+    """Everything a per-cluster enumerator needs; ``client_properties`` are resolved (secrets inside)."""
+
+    cluster: ClusterMetadata
+    client_properties: Mapping[str, str]
+    group_id: str | None
+    starting: OffsetsInitializer
+    stopping: OffsetsInitializer | None
+    discovery_interval_s: float | None
+    """None: discover once (bounded sources, or ``partition.discovery.interval.ms=-1``)."""
+    request_timeout_s: float = 30.0
+    retry_backoff_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Discovered:
+    splits: list[KafkaPartitionSplit]
+    missing_topics: list[str]
+    topics_asked: frozenset[str]
+
+
+class KafkaClusterEnumerator:
+    """Discovers the partitions of one cluster's topics and turns new ones into splits.
+
+    It remembers which partitions it already knows (restored from a checkpoint or discovered), and which
+    topics it has seen: a topic's partitions found on its first discovery start at the starting offsets,
+    partitions added to a known topic later start at the earliest offset.
+    """
+
+    def __init__(
+        self,
+        config: ClusterEnumeratorConfig,
+        context: StoppableContextProxy,
+        *,
+        known: set[tuple[str, int]] | None = None,
+        seen_topics: set[str] | None = None,
+        admin_factory: AdminFactory = default_admin_factory,
+    ) -> None:
+        self.config = config
+        self._context = context
+        self._topics = frozenset(config.cluster.topics)
+        self._known: set[tuple[str, int]] = set(known or ())
+        self._seen: set[str] = set(seen_topics or ())
+        self._admin_factory = admin_factory
+        self._admin: Any = None
+        self._warned_missing: set[str] = set()
+        self._last_error: str | None = None
+        self._rounds = 0
+        self._generation = 0
+        self._next: Cancellable | None = None
+        self._snapshot = (self._topics, frozenset(self._known), frozenset(self._seen))
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster this enumerator serves."""
+        return self.config.cluster.cluster_id
+
+    @property
+    def seen_topics(self) -> frozenset[str]:
+        """Topics whose partitions were discovered at least once (checkpointed)."""
+        return frozenset(self._seen)
+
+    def admin(self) -> Any:
+        """The cluster's admin client, created on first use."""
+        if self._admin is None:
+            self._admin = self._admin_factory(dict(self.config.client_properties))
+        return self._admin
+
+    def start(self) -> None:
+        """Create the admin client and schedule discovery: now, then every interval (or once)."""
+        self.admin()
+        self._schedule(0.0)
+
+    def _schedule(self, delay: float) -> None:
+        # One chain of discovery rounds at a time: a new schedule supersedes the pending one; a round
+        # already running still delivers its (de-duplicated) result but does not schedule the next.
+        self._generation += 1
+        generation = self._generation
+        if self._next is not None:
+            self._next.cancel()
+
+        def handler(result: _Discovered | None, error: BaseException | None) -> None:
+            self._on_discovered(result, error, generation)
+
+        self._next = self._context.call_async(self._discover, handler, initial_delay=delay)
+
+    def discover_now(self) -> None:
+        """Run a discovery round at once (after a topic change)."""
+        self._schedule(0.0)
+
+    def update_topics(self, topics: frozenset[str]) -> set[tuple[str, int]]:
+        """Follow a new topic set in place; returns the known partitions of removed topics (forgotten)."""
+        removed_topics = self._topics - topics
+        added = topics - self._topics
+        self._topics = frozenset(topics)
+        dropped = {tp for tp in self._known if tp[0] in removed_topics}
+        self._known -= dropped
+        self._seen -= removed_topics
+        self._refresh_snapshot()
+        if added:
+            self.discover_now()
+        return dropped
+
+    def forget(self, partitions: set[tuple[str, int]]) -> None:
+        """Forget partitions (their splits were removed), so a later discovery finds them again."""
+        self._known -= partitions
+        self._refresh_snapshot()
+
+    def _refresh_snapshot(self) -> None:
+        self._snapshot = (self._topics, frozenset(self._known), frozenset(self._seen))
+
+    def _discover(self) -> _Discovered:
+        """One discovery round. Runs on an I/O thread: it reads only the immutable snapshot."""
+        topics, known, seen = self._snapshot
+        config = self.config
+        admin = self._admin
+        md = admin.list_topics(timeout=config.request_timeout_s)
+        found: list[tuple[str, int]] = []
+        missing: list[str] = []
+        for topic in sorted(topics):
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None:
+                missing.append(topic)
+                continue
+            found.extend((topic, p) for p in sorted(tmd.partitions))
+        new = [tp for tp in found if tp not in known]
+        first_sight = [tp for tp in new if tp[0] not in seen]
+        later = [tp for tp in new if tp[0] in seen]
+        cid = config.cluster.cluster_id
+        starts = resolve_offsets(
+            config.starting,
+            admin=admin,
+            cluster_id=cid,
+            group_id=config.group_id,
+            partitions=first_sight,
+            timeout=config.request_timeout_s,
+        )
+        starts.update(
+            resolve_offsets(
+                OffsetsInitializer.earliest(),
+                admin=admin,
+                cluster_id=cid,
+                group_id=config.group_id,
+                partitions=later,
+                timeout=config.request_timeout_s,
+            )
+        )
+        stops: dict[tuple[str, int], int] = {}
+        if config.stopping is not None:
+            stops = resolve_offsets(
+                config.stopping,
+                admin=admin,
+                cluster_id=cid,
+                group_id=config.group_id,
+                partitions=new,
+                timeout=config.request_timeout_s,
+            )
+        splits = [KafkaPartitionSplit(cid, t, p, max(0, starts[(t, p)]), stops.get((t, p))) for t, p in new]
+        return _Discovered(splits, missing, topics)
+
+    def _on_discovered(
+        self, result: _Discovered | None, error: BaseException | None, generation: int
+    ) -> None:
+        cid = self.cluster_id
+        chain = generation == self._generation
+        if error is not None or result is None:
+            message = f"{type(error).__name__}: {error}"
+            if message != self._last_error:
+                _log.warning("cluster=%s: partition discovery failed, will retry: %s", cid, message)
+                self._last_error = message
+            if chain:
+                retry = self.config.discovery_interval_s or self.config.retry_backoff_s
+                self._schedule(min(retry, self.config.retry_backoff_s * 5))
+            return
+        if self._last_error is not None:
+            _log.info("cluster=%s: partition discovery works again", cid)
+            self._last_error = None
+        for topic in result.missing_topics:
+            if topic in self._topics and topic not in self._warned_missing:
+                _log.warning("cluster=%s: topic %r does not exist (yet); will keep looking", cid, topic)
+                self._warned_missing.add(topic)
+        fresh = [s for s in result.splits if s.topic in self._topics and s.topic_partition not in self._known]
+        for split in fresh:
+            self._known.add(split.topic_partition)
+        self._seen |= {t for t in result.topics_asked if t in self._topics and t not in result.missing_topics}
+        self._rounds += 1
+        self._refresh_snapshot()
+        if fresh:
+            _log.info("cluster=%s: discovered %d new partitions", cid, len(fresh))
+            self._context.splits_discovered(fresh, initial=self._rounds == 1)
+        if not chain:
+            return
+        interval = self.config.discovery_interval_s
+        if interval is None and result.missing_topics:
+            # Discovering once (bounded): wait for every topic it was told about, retrying with a log line.
+            self._schedule(self.config.retry_backoff_s)
+            return
+        self._context.discovery_done()
+        if interval is not None:
+            self._schedule(interval)
+
+    def commit_offsets(self, offsets: Mapping[tuple[str, int], int]) -> Future[None]:
+        """Commit ``offsets`` under the group id with the admin client; the future ends when they are stored."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        done: Future[None] = Future()
+        if not offsets or not self.config.group_id:
+            done.set_result(None)
+            return done
+        request = [
+            ConsumerGroupTopicPartitions(
+                self.config.group_id, [TopicPartition(t, p, off) for (t, p), off in sorted(offsets.items())]
+            )
+        ]
+        futures = self.admin().alter_consumer_group_offsets(
+            request, request_timeout=self.config.request_timeout_s
+        )
+        inner = list(futures.values())
+        remaining = [len(inner)]
+
+        def one_done(fut: Future[Any]) -> None:
+            err = fut.exception()
+            if err is not None and not done.done():
+                done.set_exception(err)
+                return
+            remaining[0] -= 1
+            if remaining[0] == 0 and not done.done():
+                done.set_result(None)
+
+        for fut in inner:
+            fut.add_done_callback(one_done)
+        return done
+
+    def close(self) -> None:
+        """Stop scheduled work and drop the admin client (confluent-kafka admin clients have no close)."""
+        self._context.stop()
+        self._admin = None

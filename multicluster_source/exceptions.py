@@ -1,0 +1,89 @@
+"""Exceptions raised by multicluster_source.
+
+The tree::
+
+    MultiClusterSourceError            root of everything this library raises on purpose
+    ├── ConfigurationError (+ ValueError)   a builder option, a client property or an open() argument is wrong
+    ├── MetadataError                  metadata could not be read or is invalid (names file, line, key)
+    │   └── MetadataValidationError    the content parsed but breaks a rule (duplicate cluster, bad topic, ...)
+    ├── DeserializationError           the deserializer raised; names cluster, topic, partition, offset
+    ├── CheckpointError                a checkpoint could not be written, read or restored
+    └── SourceFailedError              a reader or the enumerator failed; ``__cause__`` holds the original
+
+Every exception that wraps another chains it with ``raise ... from`` so the cause is never lost.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "ConfigurationError",
+    "DeserializationError",
+    "MetadataError",
+    "MetadataValidationError",
+    "MultiClusterSourceError",
+    "SourceFailedError",
+]
+
+
+class MultiClusterSourceError(Exception):
+    """Root of every error this library raises on purpose."""
+
+
+class ConfigurationError(MultiClusterSourceError, ValueError):
+    """An option, a client property or an argument is invalid; the message names it and what is allowed."""
+
+
+class MetadataError(MultiClusterSourceError):
+    """Stream metadata could not be read or is invalid.
+
+    ``source`` names where the metadata came from (a file path, a topic, ``"static"``); ``line`` is the
+    1-based line where the parser gives one; ``key`` is the offending key path, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.source = source
+        self.line = line
+        self.key = key
+        where = []
+        if source is not None:
+            where.append(str(source))
+        if line is not None:
+            where.append(f"line {line}")
+        if key is not None:
+            where.append(f"key {key!r}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class MetadataValidationError(MetadataError):
+    """Metadata parsed but breaks a rule: duplicate cluster ids, invalid topic names, empty topic lists, ..."""
+
+
+class DeserializationError(MultiClusterSourceError):
+    """The user's deserializer raised for one record; the message names cluster, topic, partition and offset."""
+
+    def __init__(self, cluster_id: str, topic: str, partition: int, offset: int) -> None:
+        self.cluster_id = cluster_id
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        super().__init__(
+            f"deserializer failed for record cluster={cluster_id} topic={topic} "
+            f"partition={partition} offset={offset}"
+        )
+
+
+class CheckpointError(MultiClusterSourceError):
+    """A checkpoint could not be written, read or restored; the message names the file."""
+
+
+class SourceFailedError(MultiClusterSourceError):
+    """A reader or the enumerator failed; the original exception is the ``__cause__``."""

@@ -1,0 +1,50 @@
+"""Stream metadata: the value types, the service protocol, the services that ship, and subscribers.
+
+A *stream* is one logical stream made of topics on one or more Kafka clusters
+(:class:`KafkaStream` of :class:`ClusterMetadata`). A :class:`KafkaMetadataService` tells the source which
+streams exist; a :class:`KafkaStreamSubscriber` chooses the ones it reads.
+
+Services that ship: :class:`StaticMetadataService` (fixed), :class:`FileMetadataService` (a YAML/JSON file
+in Flink's format, watched), :class:`ConfigMapMetadataService` (a Kubernetes ConfigMap volume or manifest).
+Property values may hold ``${env:NAME}`` and ``${file:/path}`` placeholders, resolved only when a client is
+created (:func:`resolve_properties`); log properties only through :func:`redact_properties`.
+"""
+
+from __future__ import annotations
+
+from multicluster_source.metadata._configmap import ConfigMapMetadataService
+from multicluster_source.metadata._file import FileMetadataService
+from multicluster_source.metadata._model import (
+    ClusterMetadata,
+    KafkaMetadataService,
+    KafkaStream,
+    MetadataListener,
+    NotifyingMetadataService,
+)
+from multicluster_source.metadata._parser import dump_streams, parse_streams, validate_streams
+from multicluster_source.metadata._placeholders import redact_properties, resolve_properties
+from multicluster_source.metadata._static import StaticMetadataService
+from multicluster_source.metadata._subscriber import (
+    KafkaStreamSubscriber,
+    StreamPatternSubscriber,
+    StreamSetSubscriber,
+)
+
+__all__ = [
+    "ClusterMetadata",
+    "ConfigMapMetadataService",
+    "FileMetadataService",
+    "KafkaMetadataService",
+    "KafkaStream",
+    "KafkaStreamSubscriber",
+    "MetadataListener",
+    "NotifyingMetadataService",
+    "StaticMetadataService",
+    "StreamPatternSubscriber",
+    "StreamSetSubscriber",
+    "dump_streams",
+    "parse_streams",
+    "redact_properties",
+    "resolve_properties",
+    "validate_streams",
+]

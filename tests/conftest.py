@@ -1,0 +1,98 @@
+"""Fixtures giving tests Kafka clusters; the machinery lives in tests/harness.
+
+``MCS_TEST_BROKERS`` picks the brokers: ``kafka`` (default: Apache Kafka fetched from Maven Central),
+``tansu``, or ``external`` (``MCS_TEST_BOOTSTRAP=id=host:port,host:port;id2=host:port``). Clusters start on
+first use and are shared by the session; tests isolate themselves with unique topic and group names.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:  # the package under test, importable without installing it
+    sys.path.insert(0, _ROOT)
+
+from harness import Cluster, ClusterPool, ClusterUnavailable  # noqa: E402
+
+_T = TypeVar("_T")
+_USED = pytest.StashKey[list[Cluster]]()
+
+
+def _use(request: pytest.FixtureRequest, get: Callable[[], _T]) -> _T:
+    """Run ``get`` (skip when the configured brokers cannot serve it); note its clusters on the test."""
+    try:
+        result = get()
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    clusters = result if isinstance(result, list) else [result]
+    request.node.stash.setdefault(_USED, []).extend(c for c in clusters if isinstance(c, Cluster))
+    return result
+
+
+@pytest.fixture(scope="session")
+def cluster_pool() -> Iterator[ClusterPool]:
+    """All clusters of the session, started lazily by name and stopped at the end."""
+    pool = ClusterPool.from_env()
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+@pytest.fixture
+def kafka_cluster(cluster_pool: ClusterPool, request: pytest.FixtureRequest) -> Cluster:
+    """The shared single-node cluster "east"."""
+    return _use(request, lambda: cluster_pool.get(cluster_pool.names(1)[0]))
+
+
+@pytest.fixture
+def kafka_clusters(
+    cluster_pool: ClusterPool, request: pytest.FixtureRequest
+) -> Callable[[int], list[Cluster]]:
+    """``kafka_clusters(n)``: the first n shared single-node clusters (east, west, central, ...)."""
+    return lambda n: _use(request, lambda: cluster_pool.get_many(cluster_pool.names(n)))
+
+
+@pytest.fixture
+def rack_cluster(cluster_pool: ClusterPool, request: pytest.FixtureRequest) -> Cluster:
+    """The shared three-node cluster with racks a, b, c (node ids 0, 1, 2)."""
+    return _use(request, cluster_pool.rack_cluster)
+
+
+@pytest.fixture
+def fresh_cluster(
+    cluster_pool: ClusterPool, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Cluster]]:
+    """``fresh_cluster(name="fresh")``: a new single-node cluster of this test only, stopped after it."""
+    started: list[Cluster] = []
+
+    def start(name: str = "fresh") -> Cluster:
+        cluster = _use(request, lambda: cluster_pool.fresh(name))
+        started.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in started:
+        cluster_pool.release(cluster)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the broker log tails of the clusters a failed test used (and keep those logs on disk)."""
+    report = yield
+    used: list[Cluster] = item.stash.get(_USED, [])
+    if report.failed:
+        for cluster in dict.fromkeys(used):
+            cluster.keep_logs = True
+            report.sections.append(
+                (f"broker logs: {cluster.cluster_id} ({report.when})", cluster.log_tail(40))
+            )
+    return report
