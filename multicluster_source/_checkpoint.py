@@ -54,7 +54,9 @@ class CheckpointStore:
                 found.append((int(m.group(1)), entry))
         return sorted(found)
 
-    def write(self, checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]) -> Path:
+    def write(
+        self, checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
+    ) -> Path:
         """Write a checkpoint durably; returns its path. Older ones beyond ``keep`` are deleted."""
         doc = {
             "version": CHECKPOINT_VERSION,

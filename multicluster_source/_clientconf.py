@@ -1,4 +1,4 @@
-"""Client configuration for one cluster: source-wide properties, the cluster's own, and what the source sets."""
+"""Client configuration for one cluster: source-wide properties, the cluster's own, and the source's."""
 
 from __future__ import annotations
 

@@ -185,7 +185,9 @@ class SourceReader(Protocol):
 class Source(Protocol):
     """A factory of enumerators and readers."""
 
-    def create_enumerator(self, context: SplitEnumeratorContext, restored: dict[str, Any] | None) -> SplitEnumerator:
+    def create_enumerator(
+        self, context: SplitEnumeratorContext, restored: dict[str, Any] | None
+    ) -> SplitEnumerator:
         """A new enumerator, restored from a checkpointed state when given."""
         ...
 

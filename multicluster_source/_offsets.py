@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .exceptions import ConfigurationError, MultiClusterSourceError
 from ._split import make_split_id
+from .exceptions import ConfigurationError, MultiClusterSourceError
 
 _log = logging.getLogger("multicluster_source.offsets")
 
@@ -84,7 +84,9 @@ class OffsetsInitializer:
                     f"offsets(...): key {key!r} must be 'cluster/topic/partition' or 'topic/partition'"
                 )
             if not isinstance(value, int) or value < 0:
-                raise ConfigurationError(f"offsets(...): offset for {key!r} must be an int >= 0, got {value!r}")
+                raise ConfigurationError(
+                    f"offsets(...): offset for {key!r} must be an int >= 0, got {value!r}"
+                )
             clean[str(key)] = value
         return OffsetsInitializer("offsets", reset=reset, explicit=clean)  # type: ignore[arg-type]
 
@@ -103,7 +105,9 @@ class OffsetResolutionError(MultiClusterSourceError):
     """Offsets could not be resolved for a cluster (unreachable, or no committed offset with reset=none)."""
 
 
-def _list_offsets(admin: Any, specs: dict[tuple[str, int], Any], timeout: float) -> dict[tuple[str, int], int]:
+def _list_offsets(
+    admin: Any, specs: dict[tuple[str, int], Any], timeout: float
+) -> dict[tuple[str, int], int]:
     from confluent_kafka import TopicPartition
 
     if not specs:
@@ -116,7 +120,9 @@ def _list_offsets(admin: Any, specs: dict[tuple[str, int], Any], timeout: float)
     return out
 
 
-def _committed(admin: Any, group_id: str, tps: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int]:
+def _committed(
+    admin: Any, group_id: str, tps: list[tuple[str, int]], timeout: float
+) -> dict[tuple[str, int], int]:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
@@ -139,7 +145,7 @@ def resolve_offsets(
     timeout: float = 30.0,
 ) -> dict[tuple[str, int], int]:
     """Concrete offsets for ``partitions`` of one cluster. Blocking: call it off the coordinator thread."""
-    from confluent_kafka.admin import OffsetSpec
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
     if not partitions:
         return {}

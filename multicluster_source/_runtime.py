@@ -288,7 +288,9 @@ class ReaderRunner:
         self._stopping = threading.Event()
         self.finished = threading.Event()
         self.reader: SourceReader | None = None
-        self._thread = threading.Thread(target=self._run, name=f"mcs-reader-{source_name}-{index}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"mcs-reader-{source_name}-{index}", daemon=True
+        )
 
     @property
     def index(self) -> int:

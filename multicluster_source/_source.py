@@ -107,7 +107,8 @@ class MultiClusterKafkaSource:
                 )
         if reader_racks is not None or admin_address is not None:
             _log.warning(
-                "source=%s: reader_racks and admin_address are accepted but not used by this version", self.name
+                "source=%s: reader_racks and admin_address are accepted but not used by this version",
+                self.name,
             )
         return SourceStream(
             self,
@@ -140,7 +141,9 @@ class MultiClusterKafkaSource:
             stopping=self.stopping,
             client_properties=self.client_properties,
             client_id_prefix=self.client_id_prefix,
-            metadata_interval_s=None if self.bounded else _ms_to_s(opts.stream_metadata_discovery_interval_ms),
+            metadata_interval_s=None
+            if self.bounded
+            else _ms_to_s(opts.stream_metadata_discovery_interval_ms),
             failure_threshold=opts.stream_metadata_discovery_failure_threshold,
             removed_retention_ms=opts.stream_metadata_removed_retention_ms,
             partition_discovery_interval_s=_ms_to_s(opts.partition_discovery_interval_ms),
@@ -194,7 +197,9 @@ class MultiClusterKafkaSourceBuilder:
         self._service = service
         return self
 
-    def _set_subscriber(self, setter: str, subscriber: KafkaStreamSubscriber) -> MultiClusterKafkaSourceBuilder:
+    def _set_subscriber(
+        self, setter: str, subscriber: KafkaStreamSubscriber
+    ) -> MultiClusterKafkaSourceBuilder:
         if self._subscriber_setter is not None and self._subscriber_setter != setter:
             raise ConfigurationError(
                 f"{setter}() conflicts with {self._subscriber_setter}(): a source has one stream subscriber"
@@ -218,7 +223,9 @@ class MultiClusterKafkaSourceBuilder:
             raise ConfigurationError(f"set_stream_pattern(): invalid regular expression: {exc}") from exc
         return self._set_subscriber("set_stream_pattern", subscriber)
 
-    def set_kafka_stream_subscriber(self, subscriber: KafkaStreamSubscriber) -> MultiClusterKafkaSourceBuilder:
+    def set_kafka_stream_subscriber(
+        self, subscriber: KafkaStreamSubscriber
+    ) -> MultiClusterKafkaSourceBuilder:
         """A custom subscriber."""
         return self._set_subscriber("set_kafka_stream_subscriber", subscriber)
 
@@ -296,7 +303,9 @@ class MultiClusterKafkaSourceBuilder:
         if self._stopping is not None and self._stopping.kind == "committed" and self._group_id is None:
             raise ConfigurationError("set_bounded(OffsetsInitializer.committed()) needs set_group_id()")
         if self._starting.kind == "committed" and self._group_id is None:
-            raise ConfigurationError("set_starting_offsets(OffsetsInitializer.committed()) needs set_group_id()")
+            raise ConfigurationError(
+                "set_starting_offsets(OffsetsInitializer.committed()) needs set_group_id()"
+            )
         name = self._name or self._group_id or f"source-{uuid.uuid4().hex[:8]}"
         if not _NAME_RE.match(name):
             name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200]

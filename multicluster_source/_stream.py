@@ -62,7 +62,8 @@ class SourceStream:
         self._handoff = Handoff(source.options.reader_buffer_max_batches)
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
         self._readers = [
-            ReaderRunner(i, self._name, self._coordinator, self._handoff, self._fail) for i in range(parallelism)
+            ReaderRunner(i, self._name, self._coordinator, self._handoff, self._fail)
+            for i in range(parallelism)
         ]
         self._coordinator.readers = self._readers
         try:
@@ -195,7 +196,9 @@ class SourceStream:
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
         enum_state = self._coordinator.call_sync(lambda: self._enumerator.snapshot_state(checkpoint_id))
-        ids = {s["cluster"] + "/" + s["topic"] + "/" + str(s["partition"]) for s in enum_state.get("splits", [])}
+        ids = {
+            s["cluster"] + "/" + s["topic"] + "/" + str(s["partition"]) for s in enum_state.get("splits", [])
+        }
         ids |= {
             r["split"]["cluster"] + "/" + r["split"]["topic"] + "/" + str(r["split"]["partition"])
             for r in enum_state.get("removed", [])

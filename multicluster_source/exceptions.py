@@ -3,9 +3,9 @@
 The tree::
 
     MultiClusterSourceError            root of everything this library raises on purpose
-    ├── ConfigurationError (+ ValueError)   a builder option, a client property or an open() argument is wrong
+    ├── ConfigurationError (+ValueError) an option, a client property or an open() argument is wrong
     ├── MetadataError                  metadata could not be read or is invalid (names file, line, key)
-    │   └── MetadataValidationError    the content parsed but breaks a rule (duplicate cluster, bad topic, ...)
+    │   └── MetadataValidationError    the content parsed but breaks a rule (duplicate cluster, ...)
     ├── DeserializationError           the deserializer raised; names cluster, topic, partition, offset
     ├── CheckpointError                a checkpoint could not be written, read or restored
     └── SourceFailedError              a reader or the enumerator failed; ``__cause__`` holds the original
@@ -64,11 +64,11 @@ class MetadataError(MultiClusterSourceError):
 
 
 class MetadataValidationError(MetadataError):
-    """Metadata parsed but breaks a rule: duplicate cluster ids, invalid topic names, empty topic lists, ..."""
+    """Metadata parsed but breaks a rule: duplicate cluster ids, invalid topic names, empty topics, ..."""
 
 
 class DeserializationError(MultiClusterSourceError):
-    """The user's deserializer raised for one record; the message names cluster, topic, partition and offset."""
+    """The user's deserializer raised for a record; the message names cluster, topic, partition, offset."""
 
     def __init__(self, cluster_id: str, topic: str, partition: int, offset: int) -> None:
         self.cluster_id = cluster_id

@@ -7,18 +7,11 @@ first use and are shared by the session; tests isolate themselves with unique to
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
-
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:  # the package under test, importable without installing it
-    sys.path.insert(0, _ROOT)
-
-from harness import Cluster, ClusterPool, ClusterUnavailable  # noqa: E402
+from harness import Cluster, ClusterPool, ClusterUnavailable
 
 _T = TypeVar("_T")
 _USED = pytest.StashKey[list[Cluster]]()

@@ -11,22 +11,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from .._framework import Cancellable
 from .._offsets import OffsetsInitializer, resolve_offsets
 from .._split import KafkaPartitionSplit
 from ..metadata._model import ClusterMetadata
-from .._framework import Cancellable
 from ._proxy import StoppableContextProxy
 
 _log = logging.getLogger("multicluster_source.enumerator")
 
-AdminFactory = Callable[[dict[str, str]], Any]
+AdminFactory = Callable[[Mapping[str, Any]], Any]
 
 
-def default_admin_factory(conf: dict[str, str]) -> Any:
+def default_admin_factory(conf: Mapping[str, Any]) -> Any:
     """A confluent-kafka AdminClient for ``conf``."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(conf)
+    return AdminClient(dict(conf))
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ class KafkaClusterEnumerator:
             self._schedule(interval)
 
     def commit_offsets(self, offsets: Mapping[tuple[str, int], int]) -> Future[None]:
-        """Commit ``offsets`` under the group id with the admin client; the future ends when they are stored."""
+        """Commit ``offsets`` under the group id with the admin client; the future ends once stored."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         done: Future[None] = Future()

@@ -1,4 +1,4 @@
-"""The multi-cluster enumerator: follows the metadata service, runs one enumerator per cluster, assigns splits.
+"""The multi-cluster enumerator: follows metadata, runs one enumerator per cluster, assigns splits.
 
 It assumes a single thread: every method runs on the coordinator thread (the runtime's mailbox). Metadata
 services are called from this thread only. See :mod:`multicluster_source._events` for the update sequence.
@@ -108,7 +108,7 @@ class MultiClusterEnumerator:
         return self._s.stopping is not None
 
     def start(self) -> None:
-        """Read metadata (a failure here is a MetadataError for ``open()``), start clusters, schedule polls."""
+        """Read metadata (a failure is a MetadataError for ``open()``), start clusters, schedule polls."""
         service = self._s.service
         streams = self._read_metadata()
         self._apply(streams, initial=True)
@@ -135,7 +135,9 @@ class MultiClusterEnumerator:
 
     def _read_metadata(self) -> list[ClusterMetadata]:
         streams = self._s.subscriber.get_subscribed_streams(self._s.service)
-        clusters = [c for stream in sorted(streams, key=lambda s: s.stream_id) for c in stream.clusters.values()]
+        clusters = [
+            c for stream in sorted(streams, key=lambda s: s.stream_id) for c in stream.clusters.values()
+        ]
         return clusters
 
     def _on_service_changed(self) -> None:
@@ -165,7 +167,9 @@ class MultiClusterEnumerator:
             self._metadata_failed(exc)
             return
         if self._failures:
-            _log.info("source=%s: metadata is good again after %d failures", self._s.source_name, self._failures)
+            _log.info(
+                "source=%s: metadata is good again after %d failures", self._s.source_name, self._failures
+            )
         self._failures = 0
         self._last_failure = None
         self._expire_removed()
@@ -176,7 +180,9 @@ class MultiClusterEnumerator:
         message = str(exc)
         if message != self._last_failure:
             _log.warning(
-                "source=%s: metadata read failed, keeping the last good metadata: %s", self._s.source_name, message
+                "source=%s: metadata read failed, keeping the last good metadata: %s",
+                self._s.source_name,
+                message,
             )
             self._last_failure = message
         threshold = self._s.failure_threshold
@@ -240,7 +246,12 @@ class MultiClusterEnumerator:
         if not initial or old:
             _log.info(
                 "source=%s: metadata v%d: added=%s removed=%s reconnected=%s topics_changed=%s",
-                self._s.source_name, self._version, added, removed, reconnect, retopic,
+                self._s.source_name,
+                self._version,
+                added,
+                removed,
+                reconnect,
+                retopic,
             )
         event = MetadataUpdateEvent(new, version=self._version)
         for reader in sorted(self._registered):
@@ -263,6 +274,7 @@ class MultiClusterEnumerator:
             starting=self._s.starting,
             stopping=self._s.stopping,
             discovery_interval_s=None if self.bounded else self._s.partition_discovery_interval_s,
+            request_timeout_s=min(30.0, float(props.get("socket.timeout.ms", "60000")) / 1000.0),
         )
 
     def _start_cluster(self, cluster: ClusterMetadata, config: ClusterEnumeratorConfig) -> None:
@@ -283,7 +295,8 @@ class MultiClusterEnumerator:
         gone = [
             sid
             for sid, split in self._splits.items()
-            if split.cluster_id not in self._metadata or split.topic not in self._metadata[split.cluster_id].topics
+            if split.cluster_id not in self._metadata
+            or split.topic not in self._metadata[split.cluster_id].topics
         ]
         for sid in gone:
             split = self._splits.pop(sid)
@@ -292,7 +305,9 @@ class MultiClusterEnumerator:
             if self._s.removed_retention_ms > 0:
                 self._removed[sid] = RemovedSplit(split, now_ms)
         if gone:
-            _log.info("source=%s: %d splits left the metadata and are retained", self._s.source_name, len(gone))
+            _log.info(
+                "source=%s: %d splits left the metadata and are retained", self._s.source_name, len(gone)
+            )
         return gone
 
     def _expire_removed(self) -> None:
@@ -430,7 +445,7 @@ class MultiClusterEnumerator:
             futures[cid].add_done_callback(self._committed_callback(cid, offsets))
 
         def wait(timeout: float) -> None:
-            done, not_done = wait_futures(list(futures.values()), timeout=timeout)
+            _done, not_done = wait_futures(list(futures.values()), timeout=timeout)
             for cid in sorted(c for c, f in futures.items() if f in not_done):
                 _log.warning("cluster=%s: offset commit of checkpoint %d timed out", cid, checkpoint_id)
 

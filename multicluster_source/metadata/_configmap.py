@@ -37,6 +37,7 @@ _log = logging.getLogger("multicluster_source.metadata")
 
 DEFAULT_KEY = "stream-metadata.yaml"
 DATA_LINK = "..data"
+DATA_TMP = "..data_tmp"
 _RETRIES = 5
 
 
@@ -104,8 +105,8 @@ class ConfigMapMetadataService(WatchedMetadataService):
     def _watch_target(self) -> tuple[Path, frozenset[str]]:
         absolute = Path(os.path.abspath(self._path))
         if absolute.is_dir():
-            return absolute, frozenset({self._key, DATA_LINK})
-        return absolute.parent, frozenset({absolute.name, DATA_LINK})
+            return absolute, frozenset({self._key, DATA_LINK, DATA_TMP})
+        return absolute.parent, frozenset({absolute.name, DATA_LINK, DATA_TMP})
 
     def _load(self) -> Loaded:
         if self._path.is_dir():

@@ -229,4 +229,4 @@ class FileMetadataService(WatchedMetadataService):
 
     def _watch_target(self) -> tuple[Path, frozenset[str]]:
         absolute = Path(os.path.abspath(self._path))
-        return absolute.parent, frozenset({absolute.name, "..data"})
+        return absolute.parent, frozenset({absolute.name, "..data", "..data_tmp"})

@@ -1,4 +1,4 @@
-"""One cluster's fetch loop inside one reader: a consumer on its own thread, assign-based (no group rebalance).
+"""One cluster's fetch loop inside one reader: a consumer on its own thread, assign-based (no rebalance).
 
 Threads: the owning reader's thread calls ``add_splits``, ``remove_topics``, ``stop``, ``outstanding``;
 everything else, including every consumer call, runs on the fetch thread this object starts.
@@ -195,7 +195,9 @@ class ClusterFetcher:
                     )
                     _log.info(
                         "cluster=%s reader=%d: reading %d more splits",
-                        self.cluster_id, self._s.reader_index, len(live),
+                        self.cluster_id,
+                        self._s.reader_index,
+                        len(live),
                     )
                 if done:
                     self._finish(done)
@@ -250,7 +252,9 @@ class ClusterFetcher:
             headers = msg.headers()
             if deserializer is not None:
                 try:
-                    value = deserializer(RawRecord(cid, topic, partition, offset, timestamp, key, value, headers))
+                    value = deserializer(
+                        RawRecord(cid, topic, partition, offset, timestamp, key, value, headers)
+                    )
                 except Exception as exc:
                     if self._s.error_policy == "fail":
                         raise DeserializationError(cid, topic, partition, offset) from exc

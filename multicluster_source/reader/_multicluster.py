@@ -75,7 +75,9 @@ class MultiClusterReader:
         for split in self._pending:
             cluster = self._metadata.get(split.cluster_id)
             if cluster is None or split.topic not in cluster.topics:
-                _log.info("reader=%d: dropping split %s: not in the current metadata", self.index, split.split_id)
+                _log.info(
+                    "reader=%d: dropping split %s: not in the current metadata", self.index, split.split_id
+                )
                 continue
             by_cluster.setdefault(split.cluster_id, []).append(split)
         self._pending = []
@@ -136,7 +138,9 @@ class MultiClusterReader:
                 self._s.fetch.metrics.reader_restart(cid)
                 _log.info(
                     "reader=%d cluster=%s: connection settings changed; fetcher restarted with %d splits",
-                    self.index, cid, len(moved),
+                    self.index,
+                    cid,
+                    len(moved),
                 )
                 if moved:
                     self._fetcher(cid).add_splits(moved)

@@ -1,6 +1,6 @@
 """Test harness: Kafka clusters (Apache Kafka from Maven Central, tansu, or external) and their helpers."""
 
-from harness.kafka import (
+from .kafka import (
     KAFKA_VERSION,
     Cluster,
     ClusterPool,

@@ -69,6 +69,8 @@ _JVM_FLAGS = (
 )
 _LOG4J2 = """\
 status = warn
+# Kafka logs while the JVM shuts down: log4j must not stop first
+shutdownHook = disable
 appender.out.type = Console
 appender.out.name = OUT
 appender.out.layout.type = PatternLayout
@@ -607,9 +609,10 @@ class KafkaCluster(Cluster):
             "background.threads": "2",
             "num.replica.fetchers": "1",
             "num.recovery.threads.per.data.dir": "1",
-            # a killed broker is fenced, and drops out of ISRs, within seconds
-            "broker.heartbeat.interval.ms": "1000",
-            "broker.session.timeout.ms": "6000",
+            # A stopped broker's old registration blocks its restart until its session times out, and a
+            # killed broker is fenced only then: keep that short.
+            "broker.heartbeat.interval.ms": "500",
+            "broker.session.timeout.ms": "3000",
             "replica.lag.time.max.ms": "10000",
         }
         if node.rack is not None:
@@ -730,9 +733,10 @@ class KafkaCluster(Cluster):
         for proc in running:
             if graceful and proc.poll() is None:
                 proc.terminate()
-        deadline = time.monotonic() + 20.0
+        # The last nodes of a quorum going down together wait about 5 s for controllers that are gone;
+        # the data is thrown away, so they get 3 s before SIGKILL.
+        deadline = time.monotonic() + 3.0
         for proc in running:
-            # A whole KRaft cluster going down can leave the last brokers waiting for a controller.
             _end(proc, graceful=graceful, timeout=max(0.1, deadline - time.monotonic()))
         for node in self._nodes:
             node.proc = None
