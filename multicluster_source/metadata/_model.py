@@ -22,7 +22,7 @@ class ClusterMetadata:
     """One Kafka cluster's part of a stream: where it is, which topics, and extra client properties.
 
     ``properties`` may hold unresolved placeholders (``${env:NAME}``, ``${file:PATH}``); they are resolved
-    only when a client is created (see :func:`resolved_properties`) and never shown resolved.
+    only when a client is created (see :func:`resolve_properties`) and never shown resolved.
     """
 
     cluster_id: str

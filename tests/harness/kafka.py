@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -166,16 +167,37 @@ _ports_lock = threading.Lock()
 _ports_handed_out: set[int] = set()
 
 
+_random = random.SystemRandom()  # unaffected by tests that seed `random`
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago and was not handed out before by this process."""
+    """A loopback port that was free a moment ago and was not handed out before by this process.
+
+    It lies outside the kernel's ephemeral range, so no client connection takes it while a broker that
+    listens on it is stopped for a restart.
+    """
+    low, high = _ephemeral_range()
+    candidates = range(10000, low) if low > 12000 else range(high + 1, 65536)
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((_HOST, 0))
-            port: int = sock.getsockname()[1]
+        port = _random.choice(candidates)
         with _ports_lock:
-            if port not in _ports_handed_out:
-                _ports_handed_out.add(port)
-                return port
+            if port in _ports_handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((_HOST, port))
+                except OSError:
+                    continue
+            _ports_handed_out.add(port)
+            return port
 
 
 def _accepts(port: int) -> bool:
@@ -190,7 +212,7 @@ def _tail(path: Path, lines: int) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 200 * lines))
+            f.seek(max(0, f.tell() - 400 * lines - 4096))
             text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
@@ -307,8 +329,7 @@ class Cluster(abc.ABC):
     # -- clients ---------------------------------------------------------------------------------------
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """``bootstrap.servers`` for this cluster plus ``overrides`` (dotted keys given with underscores
-        are not translated: pass ``**{"group.id": "g"}``)."""
+        """``bootstrap.servers`` of this cluster plus ``overrides`` (dotted keys: ``**{"group.id": "g"}``)."""
         return {"bootstrap.servers": self.bootstrap_servers, **overrides}
 
     def admin(self) -> AdminClient:
@@ -366,7 +387,8 @@ class Cluster(abc.ABC):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if ready(self.admin().list_topics(topic=topic, timeout=5.0)):
+                # all topics: asking for one by name makes some brokers (tansu) create it
+                if ready(self.admin().list_topics(timeout=5.0)):
                     return
             except KafkaException:
                 pass
@@ -551,6 +573,7 @@ class KafkaCluster(Cluster):
                         raise RuntimeError(f"{self!r}: ports kept being taken:\n{self.log_tail()}") from None
                     self._discard()
         except BaseException:
+            self.keep_logs = True  # the error shows a tail; the whole logs stay for a closer look
             self.stop(graceful=False)
             raise
         raise AssertionError("unreachable")
