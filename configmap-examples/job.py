@@ -27,7 +27,9 @@ def main() -> None:
         .set_name("billing-orders")
         .build()
     )
-    with source.open(parallelism=2, checkpoint_dir="/var/lib/billing/ckpt", checkpoint_interval=10.0) as stream:
+    with source.open(
+        parallelism=2, checkpoint_dir="/var/lib/billing/ckpt", checkpoint_interval=10.0
+    ) as stream:
         for record in stream:
             print(f"{record.cluster_id}/{record.topic}/{record.partition}@{record.offset}: {record.value}")
 

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from harness.kafka import Cluster
 from multicluster_source import (
     ClusterMetadata,
     KafkaMetadataService,
@@ -18,8 +19,6 @@ from multicluster_source import (
     SourceStream,
     StaticMetadataService,
 )
-
-from harness.kafka import Cluster
 
 
 def cluster_md(cluster: Cluster, *topics: str, **properties: str) -> ClusterMetadata:

@@ -1,0 +1,437 @@
+"""Throughput: the source against a raw confluent-kafka drain of the same records, in one run.
+
+Produces N records (100-byte values, 4 partitions per topic) on one cluster (or half on each of two with
+``--clusters 2``), then measures, alternating a, b, c, d and repeating:
+
+(a) raw, 1 reader: one ``Consumer`` assigned to every partition from the beginning, ``consume(2000, 0.5)``
+    touching ``msg.value()`` until N records (with two clusters: one consumer per cluster, drained one after
+    the other on the same thread);
+(b) the source, parallelism 1: ``stream.poll(max_records=10000)`` until N records (unbounded, earliest);
+(c) the source, parallelism 2 (the enumerator splits the partitions over two readers);
+(d) raw, 2 readers: two threads over disjoint partitions (partitions 0-1 and 2-3 of every topic).
+
+Each figure is records / second from creating the client (or opening the source) to the N-th record, so it
+includes start-up: connecting, metadata, the first fetch. Nothing here asserts on speed.
+
+Run: ``python benchmarks/bench_throughput.py [--brokers kafka|tansu] [--records N] [--clusters 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from benchmarks._brokers import (
+    RESULTS_DIR,
+    Cluster,
+    add_broker_argument,
+    machine_info,
+    started_clusters,
+)
+from multicluster_source import (
+    ClusterMetadata,
+    KafkaStream,
+    MultiClusterKafkaSource,
+    OffsetsInitializer,
+    StaticMetadataService,
+)
+
+DEFAULT_RECORDS = 500_000
+QUICK_RECORDS = 100_000
+PARTITIONS = 4
+VALUE_SIZE = 100
+STALL_TIMEOUT_S = 120.0
+KINDS = ("raw-1", "source-1", "source-2", "raw-2")
+LABELS = {
+    "raw-1": "(a) raw confluent-kafka, 1 consumer",
+    "source-1": "(b) source, parallelism=1",
+    "source-2": "(c) source, parallelism=2",
+    "raw-2": "(d) raw confluent-kafka, 2 consumers in 2 threads",
+}
+
+
+@dataclass(frozen=True)
+class TopicData:
+    """One topic holding benchmark records on one cluster."""
+
+    cluster_id: str
+    bootstrap_servers: str
+    topic: str
+    counts: dict[int, int]  # partition -> records in it
+
+    def share(self, partitions: Sequence[int]) -> int:
+        return sum(self.counts.get(p, 0) for p in partitions)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    parts: list[TopicData]
+
+    @property
+    def total(self) -> int:
+        return sum(sum(t.counts.values()) for t in self.parts)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    kind: str
+    records: int
+    seconds: float
+    first_record_s: float | None
+    close_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------------------------- producing
+
+
+def produce_records(cluster: Cluster, n: int, *, partitions: int = PARTITIONS, value_size: int = VALUE_SIZE):
+    """Create a topic and fill it with ``n`` records round-robin over its partitions (batching producer)."""
+    topic = cluster.create_topic("bench-throughput", partitions)
+    value = (b"0123456789abcdefghijklmnopqrstuvwxyz" * (value_size // 36 + 1))[:value_size]
+    producer = cluster.producer(**{"linger.ms": 50, "queue.buffering.max.messages": 500_000})
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(120.0)
+    if remaining or failed:
+        raise RuntimeError(
+            f"{topic} on {cluster.cluster_id}: {remaining} records not delivered, {len(failed)} failed "
+            f"({failed[:1]})"
+        )
+    # Counted from what was delivered, not from watermarks: tansu's ListOffsets answers do not count records.
+    counts = {p: len(range(p, n, partitions)) for p in range(partitions)}
+    return TopicData(cluster.cluster_id, cluster.bootstrap_servers, topic, counts)
+
+
+def prepare(clusters: Sequence[Cluster], records: int) -> Dataset:
+    """Spread ``records`` evenly over one topic on each cluster."""
+    per_cluster = [records // len(clusters)] * len(clusters)
+    per_cluster[0] += records - sum(per_cluster)
+    return Dataset([produce_records(c, n) for c, n in zip(clusters, per_cluster, strict=True)])
+
+
+# ----------------------------------------------------------------------------------------------- raw drains
+
+
+def _raw_drain_one(part: TopicData, partitions: Sequence[int]) -> int:
+    expected = part.share(partitions)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": part.bootstrap_servers,
+            "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    got = 0
+    try:
+        consumer.assign([TopicPartition(part.topic, p, OFFSET_BEGINNING) for p in partitions])
+        last_progress = time.monotonic()
+        while got < expected:
+            # never ask for more than are left: consume() would wait out its timeout for them
+            messages = consumer.consume(min(2000, expected - got), 0.5)
+            for msg in messages:
+                if msg.error() is None:
+                    msg.value()
+                    got += 1
+            if messages:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise RuntimeError(f"raw drain stalled at {got}/{expected} on {part.topic}")
+        return got
+    finally:
+        consumer.close()
+
+
+def raw_drain(dataset: Dataset, readers: int) -> Measurement:
+    """``readers`` threads (the caller's own thread for 1), each over a disjoint share of the partitions."""
+    shares = [[p for p in range(PARTITIONS) if p * readers // PARTITIONS == r] for r in range(readers)]
+    done: list[int] = [0] * readers
+    errors: list[BaseException] = []
+
+    def work(r: int) -> None:
+        try:
+            done[r] = sum(_raw_drain_one(part, shares[r]) for part in dataset.parts)
+        except BaseException as exc:
+            errors.append(exc)
+
+    start = time.perf_counter()
+    if readers == 1:
+        work(0)
+    else:
+        threads = [threading.Thread(target=work, args=(r,), name=f"raw-{r}") for r in range(readers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    # consumer.close() is inside each drain: a few ms, counted (the source's close is not, see close_s)
+    return Measurement(f"raw-{readers}", sum(done), elapsed, None, 0.0)
+
+
+# ----------------------------------------------------------------------------------------------- the source
+
+
+def build_source(dataset: Dataset) -> MultiClusterKafkaSource:
+    clusters = {
+        t.cluster_id: ClusterMetadata(t.cluster_id, t.bootstrap_servers, frozenset([t.topic]))
+        for t in dataset.parts
+    }
+    stream = KafkaStream("bench", clusters)
+    return (
+        MultiClusterKafkaSource.builder()
+        .set_kafka_metadata_service(StaticMetadataService([stream]))
+        .set_stream_ids(["bench"])
+        .set_group_id(f"bench-source-{uuid.uuid4().hex[:8]}")
+        .set_starting_offsets(OffsetsInitializer.earliest())
+        .build()
+    )
+
+
+def source_drain(dataset: Dataset, parallelism: int) -> Measurement:
+    """Open the source with ``parallelism`` readers and poll until every record came."""
+    expected = dataset.total
+    source = build_source(dataset)
+    got = 0
+    first: float | None = None
+    start = time.perf_counter()
+    stream = source.open(parallelism=parallelism, registry=CollectorRegistry())
+    try:
+        last_progress = time.monotonic()
+        while got < expected:
+            records = stream.poll(timeout=0.5, max_records=10_000)
+            if records:
+                if first is None:
+                    first = time.perf_counter() - start
+                for record in records:
+                    record.value  # noqa: B018 - touch every value, as the raw drains do
+                got += len(records)
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise RuntimeError(f"source drain stalled at {got}/{expected}")
+        elapsed = time.perf_counter() - start
+    finally:
+        closing = time.perf_counter()
+        stream.close()
+        close_s = time.perf_counter() - closing
+    return Measurement(f"source-{parallelism}", got, elapsed, first, close_s)
+
+
+RUNNERS: dict[str, Callable[[Dataset], Measurement]] = {
+    "raw-1": lambda d: raw_drain(d, 1),
+    "source-1": lambda d: source_drain(d, 1),
+    "source-2": lambda d: source_drain(d, 2),
+    "raw-2": lambda d: raw_drain(d, 2),
+}
+
+
+# ----------------------------------------------------------------------------------------------- profiling
+
+
+def profile_source(dataset: Dataset, parallelism: int = 1, top: int = 25) -> str:
+    """One source drain under cProfile on every Python thread; the report as text."""
+    profiles: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    def start_thread_profile(_frame: Any, _event: str, _arg: Any) -> None:
+        profile = cProfile.Profile()
+        with lock:
+            profiles.append(profile)
+        profile.enable()  # replaces this hook for the rest of the thread's life
+
+    main = cProfile.Profile()
+    threading.setprofile(start_thread_profile)
+    main.enable()
+    try:
+        measurement = source_drain(dataset, parallelism)
+    finally:
+        main.disable()
+        threading.setprofile(None)
+    out = io.StringIO()
+    stats = pstats.Stats(main, stream=out)
+    for profile in profiles:
+        stats.add(profile)
+    out.write(
+        f"cProfile of one source drain, parallelism={parallelism}: {measurement.records} records in "
+        f"{measurement.seconds:.2f} s under the profiler ({measurement.rate:,.0f} records/s; the profiler "
+        f"slows Python code several times, read the shares, not the absolute times).\n"
+        f"Every Python thread is profiled (caller, fetch threads, coordinator, reader); times of the threads "
+        f"add up, so waits (queue.get, consume) show as large cumulative entries.\n\n"
+        f"=== top {top} by cumulative time, the source's own code (multicluster_source) ===\n"
+    )
+    stats.sort_stats("cumulative").print_stats(r"multicluster_source", top)
+    out.write(f"\n=== top {top} by own (total) time, everything ===\n")
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def run(
+    clusters: Sequence[Cluster],
+    *,
+    records: int = DEFAULT_RECORDS,
+    repeats: int = 3,
+    brokers: str = "kafka",
+    profile: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Produce, measure a-b-c-d ``repeats`` times alternating, and return the JSON-ready result."""
+    started = time.perf_counter()
+    log(f"throughput: producing {records:,} records on {len(clusters)} cluster(s)...")
+    t0 = time.perf_counter()
+    dataset = prepare(clusters, records)
+    produce_s = time.perf_counter() - t0
+    log(f"throughput: produced in {produce_s:.1f} s ({records / produce_s:,.0f} records/s)")
+    runs: dict[str, list[Measurement]] = {k: [] for k in KINDS}
+    for rep in range(repeats):
+        for kind in KINDS:
+            m = RUNNERS[kind](dataset)
+            if m.records != dataset.total:
+                log(f"  note: {kind} returned {m.records} records for {dataset.total} produced")
+            runs[kind].append(m)
+            first = f", first record after {m.first_record_s:.2f} s" if m.first_record_s is not None else ""
+            log(f"  run {rep + 1}/{repeats} {kind:<9} {m.rate:>12,.0f} records/s ({m.seconds:.2f} s{first})")
+    summary = {kind: _summary([m.rate for m in runs[kind]]) for kind in KINDS}
+    result: dict[str, Any] = {
+        "benchmark": "throughput",
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(brokers),
+        "config": {
+            "records": dataset.total,
+            "clusters": len(clusters),
+            "partitions_per_topic": PARTITIONS,
+            "value_bytes": VALUE_SIZE,
+            "repeats": repeats,
+            "order": list(KINDS),
+            "raw_consume": "consume(2000, 0.5), msg.value() on each",
+            "source_poll": "poll(timeout=0.5, max_records=10000), record.value on each",
+            "timed_from": "client creation / source.open() to the N-th record",
+        },
+        "produce_seconds": produce_s,
+        "records_per_second": summary,
+        "ratios": {
+            "source_over_raw_1_reader": summary["source-1"]["median"] / summary["raw-1"]["median"],
+            "source_over_raw_2_readers": summary["source-2"]["median"] / summary["raw-2"]["median"],
+        },
+        "runs": {
+            kind: [
+                {
+                    "records": m.records,
+                    "seconds": m.seconds,
+                    "records_per_second": m.rate,
+                    "first_record_s": m.first_record_s,
+                    "close_s": m.close_s,
+                }
+                for m in runs[kind]
+            ]
+            for kind in KINDS
+        },
+    }
+    if profile:
+        log("throughput: profiling one source drain (parallelism=1)...")
+        text = profile_source(dataset)
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / "profile-throughput.txt"
+        path.write_text(text)
+        result["profile"] = str(path.relative_to(RESULTS_DIR.parent.parent))
+    result["benchmark_seconds"] = time.perf_counter() - started
+    return result
+
+
+def _k(value: float) -> str:
+    return f"{value / 1000:,.0f}k"
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The result as a plain-text table (records/s: median, min-max)."""
+    s = result["records_per_second"]
+    cfg = result["config"]
+    lines = [
+        f"Throughput: {cfg['records']:,} records x {cfg['value_bytes']} B, {cfg['clusters']} cluster(s), "
+        f"{cfg['partitions_per_topic']} partitions per topic, {cfg['repeats']} runs each "
+        f"(records/s, median [min-max])",
+        f"{'readers':<8} {'raw confluent-kafka':>24} {'source':>24} {'source/raw':>11}",
+    ]
+    for readers, raw, src, ratio in (
+        (1, s["raw-1"], s["source-1"], result["ratios"]["source_over_raw_1_reader"]),
+        (2, s["raw-2"], s["source-2"], result["ratios"]["source_over_raw_2_readers"]),
+    ):
+        raw_cell = f"{_k(raw['median'])} [{_k(raw['min'])}-{_k(raw['max'])}]"
+        src_cell = f"{_k(src['median'])} [{_k(src['min'])}-{_k(src['max'])}]"
+        lines.append(f"{readers:<8} {raw_cell:>24} {src_cell:>24} {ratio:>11.2f}")
+    return "\n".join(lines)
+
+
+def write_result(result: dict[str, Any], name: str) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / name
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def result_name(clusters: int) -> str:
+    return "throughput.json" if clusters == 1 else f"throughput-{clusters}clusters.json"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    add_broker_argument(parser)
+    parser.add_argument("--records", type=int, default=None, help=f"default {DEFAULT_RECORDS:,}")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS:,} records")
+    parser.add_argument("--clusters", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also profile one source drain")
+    args = parser.parse_args(argv)
+    records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
+    with started_clusters(args.brokers, args.clusters) as clusters:
+        result = run(
+            clusters, records=records, repeats=args.repeats, brokers=args.brokers, profile=args.profile
+        )
+    print(format_table(result))
+    print(f"written: {write_result(result, result_name(args.clusters))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
