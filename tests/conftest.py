@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TypeVar
 
 import pytest
+
 from harness import Cluster, ClusterPool, ClusterUnavailable
 
 _T = TypeVar("_T")

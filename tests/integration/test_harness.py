@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+
 from harness import Cluster, unique_name
 
 pytestmark = pytest.mark.integration

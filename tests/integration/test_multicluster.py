@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+
 from harness.kafka import Cluster
 from harness.scenario import (
     builder,
@@ -19,8 +21,6 @@ from harness.scenario import (
     values,
     wait_for,
 )
-from prometheus_client import CollectorRegistry
-
 from multicluster_source import ConfigMapMetadataService, FileMetadataService, StaticMetadataService
 from multicluster_source.testing import make_configmap_volume, update_configmap_volume, write_metadata_file
 

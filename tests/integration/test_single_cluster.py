@@ -6,10 +6,10 @@ import logging
 import time
 
 import pytest
-from harness.kafka import Cluster
-from harness.scenario import builder, cluster_md, drain, keys, settle, stream
 from prometheus_client import CollectorRegistry
 
+from harness.kafka import Cluster
+from harness.scenario import builder, cluster_md, drain, keys, settle, stream
 from multicluster_source import (
     ClusterMetadata,
     DeserializationError,
