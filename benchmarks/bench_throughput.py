@@ -100,7 +100,15 @@ class Measurement:
 
     @property
     def rate(self) -> float:
+        """Records per second from client creation / ``open()`` to the last record."""
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        """Records per second from the first record to the last (start-up left out)."""
+        if self.first_record_s is None or self.seconds <= self.first_record_s:
+            return self.rate
+        return self.records / (self.seconds - self.first_record_s)
 
 
 # ----------------------------------------------------------------------------------------------- producing
@@ -147,7 +155,19 @@ def prepare(clusters: Sequence[Cluster], records: int) -> Dataset:
 # ----------------------------------------------------------------------------------------------- raw drains
 
 
-def _raw_drain_one(part: TopicData, partitions: Sequence[int]) -> int:
+@dataclass
+class _Drained:
+    records: int = 0
+    first: float | None = None  # perf_counter() of the first record
+    last: float = 0.0  # perf_counter() of the last record
+
+
+def _raw_drain_one(part: TopicData, partitions: Sequence[int], out: _Drained) -> None:
+    """Drain ``partitions`` of ``part`` with one consumer; record counts and times in ``out``.
+
+    "From the beginning" is the low watermark, looked up inside the timed window (as the source does):
+    assigning ``OFFSET_BEGINNING`` instead makes librdkafka 2.x wait ~0.5 s before its first fetch.
+    """
     expected = part.share(partitions)
     consumer = Consumer(
         {
@@ -158,7 +178,11 @@ def _raw_drain_one(part: TopicData, partitions: Sequence[int]) -> int:
     )
     got = 0
     try:
-        consumer.assign([TopicPartition(part.topic, p, OFFSET_BEGINNING) for p in partitions])
+        starts = []
+        for p in partitions:
+            low, _high = consumer.get_watermark_offsets(TopicPartition(part.topic, p), timeout=10.0)
+            starts.append(TopicPartition(part.topic, p, low if low >= 0 else OFFSET_BEGINNING))
+        consumer.assign(starts)
         last_progress = time.monotonic()
         while got < expected:
             # never ask for more than are left: consume() would wait out its timeout for them
@@ -168,23 +192,28 @@ def _raw_drain_one(part: TopicData, partitions: Sequence[int]) -> int:
                     msg.value()
                     got += 1
             if messages:
+                if out.first is None:
+                    out.first = time.perf_counter()
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise RuntimeError(f"raw drain stalled at {got}/{expected} on {part.topic}")
-        return got
+        out.last = time.perf_counter()
+        out.records += got
     finally:
-        consumer.close()
+        consumer.close()  # not timed, as the source's close is not
 
 
 def raw_drain(dataset: Dataset, readers: int) -> Measurement:
-    """``readers`` threads (the caller's own thread for 1), each over a disjoint share of the partitions."""
+    """``readers`` threads (the caller's own thread for 1), each over a disjoint share of the partitions;
+    a thread drains the clusters one after the other."""
     shares = [[p for p in range(PARTITIONS) if p * readers // PARTITIONS == r] for r in range(readers)]
-    done: list[int] = [0] * readers
+    drained = [_Drained() for _ in range(readers)]
     errors: list[BaseException] = []
 
     def work(r: int) -> None:
         try:
-            done[r] = sum(_raw_drain_one(part, shares[r]) for part in dataset.parts)
+            for part in dataset.parts:
+                _raw_drain_one(part, shares[r], drained[r])
         except BaseException as exc:
             errors.append(exc)
 
@@ -197,11 +226,12 @@ def raw_drain(dataset: Dataset, readers: int) -> Measurement:
             t.start()
         for t in threads:
             t.join()
-    elapsed = time.perf_counter() - start
     if errors:
         raise errors[0]
-    # consumer.close() is inside each drain: a few ms, counted (the source's close is not, see close_s)
-    return Measurement(f"raw-{readers}", sum(done), elapsed, None, 0.0)
+    firsts = [d.first for d in drained if d.first is not None]
+    first = min(firsts) - start if firsts else None
+    elapsed = max(d.last for d in drained) - start
+    return Measurement(f"raw-{readers}", sum(d.records for d in drained), elapsed, first, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------- the source
@@ -330,9 +360,13 @@ def run(
             if m.records != dataset.total:
                 log(f"  note: {kind} returned {m.records} records for {dataset.total} produced")
             runs[kind].append(m)
-            first = f", first record after {m.first_record_s:.2f} s" if m.first_record_s is not None else ""
-            log(f"  run {rep + 1}/{repeats} {kind:<9} {m.rate:>12,.0f} records/s ({m.seconds:.2f} s{first})")
+            log(
+                f"  run {rep + 1}/{repeats} {kind:<9} {m.rate:>12,.0f} records/s ({m.seconds:.2f} s, first "
+                f"record after {m.first_record_s or 0.0:.3f} s, {m.steady_rate:,.0f}/s from then)"
+            )
     summary = {kind: _summary([m.rate for m in runs[kind]]) for kind in KINDS}
+    steady = {kind: _summary([m.steady_rate for m in runs[kind]]) for kind in KINDS}
+    firsts = {kind: _summary([m.first_record_s or 0.0 for m in runs[kind]]) for kind in KINDS}
     result: dict[str, Any] = {
         "benchmark": "throughput",
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -350,9 +384,13 @@ def run(
         },
         "produce_seconds": produce_s,
         "records_per_second": summary,
+        "records_per_second_from_first_record": steady,
+        "first_record_seconds": firsts,
         "ratios": {
             "source_over_raw_1_reader": summary["source-1"]["median"] / summary["raw-1"]["median"],
             "source_over_raw_2_readers": summary["source-2"]["median"] / summary["raw-2"]["median"],
+            "steady_source_over_raw_1_reader": steady["source-1"]["median"] / steady["raw-1"]["median"],
+            "steady_source_over_raw_2_readers": steady["source-2"]["median"] / steady["raw-2"]["median"],
         },
         "runs": {
             kind: [
@@ -360,6 +398,7 @@ def run(
                     "records": m.records,
                     "seconds": m.seconds,
                     "records_per_second": m.rate,
+                    "records_per_second_from_first_record": m.steady_rate,
                     "first_record_s": m.first_record_s,
                     "close_s": m.close_s,
                 }
@@ -383,23 +422,33 @@ def _k(value: float) -> str:
     return f"{value / 1000:,.0f}k"
 
 
+def _cell(stats: dict[str, float]) -> str:
+    return f"{_k(stats['median'])} [{_k(stats['min'])}-{_k(stats['max'])}]"
+
+
 def format_table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table (records/s: median, min-max)."""
-    s = result["records_per_second"]
+    """The result as a plain-text table (records/s: median [min-max])."""
     cfg = result["config"]
+    r = result["ratios"]
     lines = [
         f"Throughput: {cfg['records']:,} records x {cfg['value_bytes']} B, {cfg['clusters']} cluster(s), "
         f"{cfg['partitions_per_topic']} partitions per topic, {cfg['repeats']} runs each "
         f"(records/s, median [min-max])",
-        f"{'readers':<8} {'raw confluent-kafka':>24} {'source':>24} {'source/raw':>11}",
+        f"{'readers':<8} {'timed':<19} {'raw confluent-kafka':>22} {'source':>22} {'source/raw':>10}",
     ]
-    for readers, raw, src, ratio in (
-        (1, s["raw-1"], s["source-1"], result["ratios"]["source_over_raw_1_reader"]),
-        (2, s["raw-2"], s["source-2"], result["ratios"]["source_over_raw_2_readers"]),
+    for title, key, prefix in (
+        ("open -> N-th record", "records_per_second", ""),
+        ("1st -> N-th record", "records_per_second_from_first_record", "steady_"),
     ):
-        raw_cell = f"{_k(raw['median'])} [{_k(raw['min'])}-{_k(raw['max'])}]"
-        src_cell = f"{_k(src['median'])} [{_k(src['min'])}-{_k(src['max'])}]"
-        lines.append(f"{readers:<8} {raw_cell:>24} {src_cell:>24} {ratio:>11.2f}")
+        s = result[key]
+        for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+            raw, src = s[f"raw-{readers}"], s[f"source-{readers}"]
+            ratio = r[f"{prefix}source_over_raw_{suffix}"]
+            lines.append(f"{readers:<8} {title:<19} {_cell(raw):>22} {_cell(src):>22} {ratio:>10.2f}")
+    f = result["first_record_seconds"]
+    lines.append(
+        "first record after (median s): " + ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in KINDS)
+    )
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._offsets import OffsetsInitializer
 from ._records import RawRecord, SourceRecord
 from ._source import MultiClusterKafkaSource, MultiClusterKafkaSourceBuilder
+from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor
 from ._stream import SourceStream
 from .exceptions import (
     CheckpointError,
@@ -39,6 +40,7 @@ __all__ = [
     "ClusterMetadata",
     "ConfigMapMetadataService",
     "ConfigurationError",
+    "DefaultRackAwareStandbyAssignor",
     "DeserializationError",
     "FileMetadataService",
     "KafkaMetadataService",
@@ -51,6 +53,7 @@ __all__ = [
     "MultiClusterSourceError",
     "NotifyingMetadataService",
     "OffsetsInitializer",
+    "RackAwareStandbyAssignor",
     "RawRecord",
     "SourceFailedError",
     "SourceRecord",

@@ -205,9 +205,11 @@ class EmbeddedTansuBroker:
         if proc is None:
             return
         if proc.poll() is None:
+            # tansu waits for connected clients to leave on SIGTERM; its storage is memory only, so a
+            # short grace period before SIGKILL loses nothing.
             proc.terminate()
             try:
-                proc.wait(timeout=5.0)
+                proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -1,0 +1,301 @@
+"""The multi-cluster enumerator's reconciliation, without brokers: a fake admin and a synchronous context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from multicluster_source import ClusterMetadata, KafkaStream, MetadataError, OffsetsInitializer
+from multicluster_source._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent
+from multicluster_source._metrics import SourceMetrics
+from multicluster_source._split import KafkaPartitionSplit
+from multicluster_source.enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
+from multicluster_source.enumerator._state import EnumeratorState
+from multicluster_source.metadata import StreamSetSubscriber
+from multicluster_source.testing import InMemoryMetadataService
+
+
+class FakeAdmin:
+    """Answers list_topics and list_offsets from a dict topic -> partition count; offsets are 0."""
+
+    created: list[FakeAdmin] = []
+
+    def __init__(self, conf: Mapping[str, Any], topics: dict[str, int]) -> None:
+        self.conf = dict(conf)
+        self.topics = topics
+        FakeAdmin.created.append(self)
+
+    def list_topics(self, timeout: float) -> Any:
+        return SimpleNamespace(
+            topics={
+                t: SimpleNamespace(error=None, partitions=dict.fromkeys(range(n)))
+                for t, n in self.topics.items()
+            }
+        )
+
+    def list_offsets(self, request: Mapping[Any, Any], request_timeout: float) -> dict[Any, Future[Any]]:
+        out: dict[Any, Future[Any]] = {}
+        for tp in request:
+            fut: Future[Any] = Future()
+            fut.set_result(SimpleNamespace(offset=0))
+            out[tp] = fut
+        return out
+
+
+class Handle:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class SyncContext:
+    """Runs async calls at once when due now; later ones are kept and run by ``tick()``."""
+
+    def __init__(self, parallelism: int = 2) -> None:
+        self.parallelism = parallelism
+        self.assigned: dict[int, list[KafkaPartitionSplit]] = {}
+        self.events: list[tuple[int, SourceEvent]] = []
+        self.later: list[tuple[Handle, Callable[[], None]]] = []
+        self.failed: list[BaseException] = []
+        self.positions: dict[str, int] = {}
+
+    def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
+        for reader, splits in assignment.items():
+            self.assigned.setdefault(reader, []).extend(splits)
+
+    def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
+        self.events.append((reader, event))
+
+    def signal_no_more_splits(self, reader: int) -> None:
+        self.events.append((reader, SourceEvent()))
+
+    def run_in_coordinator(self, fn: Callable[[], None], *, delay: float = 0.0) -> Handle:
+        handle = Handle()
+        if delay > 0:
+            self.later.append((handle, fn))
+        else:
+            fn()
+        return handle
+
+    def call_async(
+        self, call: Callable[[], Any], handler: Any, *, initial_delay: float = 0.0, period: Any = None
+    ) -> Handle:
+        def run() -> None:
+            try:
+                result, error = call(), None
+            except Exception as exc:
+                result, error = None, exc
+            handler(result, error)
+
+        return self.run_in_coordinator(run, delay=initial_delay)
+
+    def delivered_positions(self, split_ids: Sequence[str]) -> dict[str, int]:
+        return {s: self.positions[s] for s in split_ids if s in self.positions}
+
+    def forget_positions(self, split_ids: Sequence[str]) -> None:
+        for s in split_ids:
+            self.positions.pop(s, None)
+
+    def fail(self, error: BaseException) -> None:
+        self.failed.append(error)
+
+
+TOPICS = {"east": {"orders": 2, "audit": 1}, "west": {"orders": 3}, "central": {"orders": 1}}
+
+
+def cluster(cid: str, *topics: str, servers: str | None = None, **props: str) -> ClusterMetadata:
+    return ClusterMetadata(cid, servers or f"{cid}:9092", frozenset(topics), props)
+
+
+def make(
+    service: InMemoryMetadataService, restored: EnumeratorState | None = None, **overrides: Any
+) -> tuple[MultiClusterEnumerator, SyncContext, CollectorRegistry]:
+    ctx = SyncContext()
+    registry = CollectorRegistry()
+
+    def admin_factory(conf: Mapping[str, Any]) -> FakeAdmin:
+        cid = str(conf["client.id"]).split("-")[1]
+        return FakeAdmin(conf, TOPICS[cid])
+
+    settings = EnumeratorSettings(
+        source_name="src",
+        service=service,
+        subscriber=StreamSetSubscriber(["s"]),
+        group_id="g",
+        starting=OffsetsInitializer.earliest(),
+        stopping=None,
+        client_properties={},
+        client_id_prefix="src",
+        metadata_interval_s=30.0,
+        failure_threshold=overrides.pop("failure_threshold", -1),
+        removed_retention_ms=overrides.pop("retention", 60_000),
+        partition_discovery_interval_s=30.0,
+        commit_offsets=True,
+        mode=overrides.pop("mode", "per_cluster"),
+        metrics=SourceMetrics(registry, "src"),
+        admin_factory=admin_factory,
+        **overrides,
+    )
+    enumerator = MultiClusterEnumerator(ctx, settings, restored)
+    return enumerator, ctx, registry
+
+
+def assigned_ids(ctx: SyncContext) -> set[str]:
+    return {s.split_id for splits in ctx.assigned.values() for s in splits}
+
+
+def test_start_discovers_and_assigns_after_readers_register() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders")})])
+    enumerator, ctx, _ = make(service)
+    enumerator.start()
+    assert ctx.assigned == {}, "no reader has registered yet"
+    enumerator.handle_reader_event(0, GetMetadataUpdateEvent())
+    enumerator.handle_reader_event(1, GetMetadataUpdateEvent())
+    assert assigned_ids(ctx) == {"east/orders/0", "east/orders/1"}
+    assert isinstance(ctx.events[0][1], MetadataUpdateEvent)
+
+
+def test_only_changed_clusters_get_new_enumerators() -> None:
+    FakeAdmin.created.clear()
+    service = InMemoryMetadataService(
+        [KafkaStream("s", {"east": cluster("east", "orders"), "west": cluster("west", "orders")})]
+    )
+    enumerator, ctx, registry = make(service)
+    enumerator.start()
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+    admins = {a.conf["bootstrap.servers"] for a in FakeAdmin.created}
+    assert admins == {"east:9092", "west:9092"}
+    FakeAdmin.created.clear()
+
+    # west's properties change, east untouched, central added.
+    service.set_streams(
+        [
+            KafkaStream(
+                "s",
+                {
+                    "east": cluster("east", "orders"),
+                    "west": cluster("west", "orders", **{"fetch.wait.max.ms": "50"}),
+                    "central": cluster("central", "orders"),
+                },
+            )
+        ]
+    )
+    assert sorted(a.conf["bootstrap.servers"] for a in FakeAdmin.created) == ["central:9092", "west:9092"]
+    change = enumerator.last_reconciliation
+    assert change is not None
+    assert change["added"] == ["central"] and change["reconnected"] == ["west"] and change["removed"] == []
+    # west's splits were not rediscovered as new: no duplicate assignment.
+    ids = [s.split_id for splits in ctx.assigned.values() for s in splits]
+    assert len(ids) == len(set(ids)) == 2 + 3 + 1
+    assert registry.get_sample_value("multicluster_source_reconciliations_total") == 2.0
+
+
+def test_removed_topic_is_retained_and_readded_at_its_position() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders", "audit")})])
+    enumerator, ctx, _ = make(service)
+    enumerator.start()
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+    assert "east/audit/0" in assigned_ids(ctx)
+    ctx.positions["east/audit/0"] = 77
+    service.set_streams([KafkaStream("s", {"east": cluster("east", "orders")})])
+    state = EnumeratorState.from_dict(enumerator.snapshot_state(1))
+    assert [r.split.split_id for r in state.removed] == ["east/audit/0"]
+    assert all(s.topic == "orders" for s in state.splits)
+    ctx.assigned.clear()
+    service.set_streams([KafkaStream("s", {"east": cluster("east", "orders", "audit")})])
+    (readded,) = [s for v in ctx.assigned.values() for s in v]
+    assert readded.split_id == "east/audit/0" and readded.starting_offset == 77
+
+
+def test_retention_zero_forgets_and_restarts_from_the_starting_offsets() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders", "audit")})])
+    enumerator, ctx, _ = make(service, retention=0)
+    enumerator.start()
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+    ctx.positions["east/audit/0"] = 77
+    service.set_streams([KafkaStream("s", {"east": cluster("east", "orders")})])
+    ctx.assigned.clear()
+    service.set_streams([KafkaStream("s", {"east": cluster("east", "orders", "audit")})])
+    (readded,) = [s for v in ctx.assigned.values() for s in v]
+    assert readded.starting_offset == 0
+    assert "east/audit/0" not in ctx.positions
+
+
+def test_bad_metadata_keeps_the_last_good_and_threshold_fails() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders")})])
+    enumerator, ctx, registry = make(service, failure_threshold=3)
+    enumerator.start()
+    service.fail_next(3)
+    for _ in range(2):
+        enumerator.refresh()
+    assert ctx.failed == []
+    assert enumerator.status()["clusters"].keys() == {"east"}
+    enumerator.refresh()
+    assert len(ctx.failed) == 1 and isinstance(ctx.failed[0], MetadataError)
+    assert registry.get_sample_value("multicluster_source_metadata_failures_total") == 3.0
+
+
+def test_conflicting_cluster_definitions_across_streams_are_a_metadata_failure() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders")})], validate=False)
+    enumerator, _ctx, registry = make(service)
+    enumerator.start()
+    service.set_streams(
+        [
+            KafkaStream("s", {"east": cluster("east", "orders")}),
+            KafkaStream("s2", {"east": cluster("east", "x", servers="other:1")}),
+        ]
+    )
+    # s2 is not subscribed, so there is no conflict yet; subscribe to both.
+    enumerator._s = enumerator._s.__class__(
+        **{**enumerator._s.__dict__, "subscriber": StreamSetSubscriber(["s", "s2"])}
+    )
+    enumerator.refresh()
+    assert registry.get_sample_value("multicluster_source_metadata_failures_total") == 1.0
+    assert enumerator.status()["clusters"]["east"]["topics"] == ["orders"]
+
+
+def test_start_with_bad_metadata_raises() -> None:
+    service = InMemoryMetadataService([])
+    service.fail_next(1)
+    enumerator, _ctx, _ = make(service)
+    with pytest.raises(MetadataError):
+        enumerator.start()
+
+
+def test_global_mode_balances_within_one() -> None:
+    service = InMemoryMetadataService(
+        [KafkaStream("s", {c: cluster(c, *TOPICS[c]) for c in ("east", "west", "central")})]
+    )
+    enumerator, ctx, _ = make(service, mode="global")
+    ctx.parallelism = 4
+    enumerator.start()
+    for r in range(4):
+        enumerator.add_reader(r)
+    loads = [len(ctx.assigned.get(r, [])) for r in range(4)]
+    assert sum(loads) == 7 and max(loads) - min(loads) <= 1
+
+
+def test_restore_retires_splits_of_clusters_that_are_gone() -> None:
+    restored = EnumeratorState(
+        splits=(KafkaPartitionSplit("east", "orders", 0, 5), KafkaPartitionSplit("gone", "t", 0, 9)),
+    )
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders")})])
+    enumerator, ctx, _ = make(service, restored)
+    enumerator.start()
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+    splits = {s.split_id: s for v in ctx.assigned.values() for s in v}
+    assert splits["east/orders/0"].starting_offset == 5
+    assert "east/orders/1" in splits and "gone/t/0" not in splits
+    state = EnumeratorState.from_dict(enumerator.snapshot_state(2))
+    assert [r.split.split_id for r in state.removed] == ["gone/t/0"]
