@@ -150,6 +150,7 @@ class MultiClusterKafkaSource:
             commit_offsets=opts.commits_offsets(self.group_id),
             mode=opts.enumerator_mode,
             metrics=metrics,
+            debounce_s=opts.metadata_change_debounce_ms / 1000.0,
         )
         return MultiClusterEnumerator(context, settings, state)
 

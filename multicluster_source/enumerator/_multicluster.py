@@ -51,6 +51,8 @@ class EnumeratorSettings:
     commit_offsets: bool
     mode: Literal["per_cluster", "global"]
     metrics: Any
+    debounce_s: float = 0.1
+    """Delay between a change notification and the metadata read it triggers (coalesces bursts)."""
     admin_factory: AdminFactory = default_admin_factory
     clock: Callable[[], float] = time.time
 
@@ -141,11 +143,12 @@ class MultiClusterEnumerator:
         return clusters
 
     def _on_service_changed(self) -> None:
-        # Called from the service's watcher thread: hop onto the coordinator, coalescing bursts.
+        # Called from the service's watcher thread: hop onto the coordinator after the debounce delay,
+        # coalescing a burst of notifications into one read.
         if self._refresh_pending or self._closed:
             return
         self._refresh_pending = True
-        self._ctx.run_in_coordinator(self._refresh)
+        self._ctx.run_in_coordinator(self._refresh, delay=self._s.debounce_s)
 
     def _poll(self) -> None:
         self._refresh()

@@ -21,11 +21,11 @@ from ..exceptions import DeserializationError, SourceFailedError
 
 _log = logging.getLogger("multicluster_source.reader")
 
-ConsumerFactory = Callable[[dict[str, str]], Any]
+ConsumerFactory = Callable[[dict[str, Any]], Any]
 Deserializer = Callable[[RawRecord], Any]
 
 
-def default_consumer_factory(conf: dict[str, str]) -> Any:
+def default_consumer_factory(conf: dict[str, Any]) -> Any:
     """A confluent-kafka Consumer for ``conf``."""
     from confluent_kafka import Consumer
 
@@ -65,7 +65,7 @@ class ClusterFetcher:
     def __init__(
         self,
         cluster_id: str,
-        conf: dict[str, str],
+        conf: dict[str, Any],
         settings: FetchSettings,
         context: ReaderContext,
         on_finished: Callable[[list[str]], None],

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._clientconf import cluster_client_config
+from .._clientlog import client_logging
 from .._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent, SplitsFinishedEvent
 from .._framework import ReaderContext
 from .._split import KafkaPartitionSplit
@@ -107,7 +108,9 @@ class MultiClusterReader:
         )
         conf.setdefault("auto.offset.reset", "earliest")
         conf.setdefault("queued.max.messages.kbytes", "16384")
-        fetcher = ClusterFetcher(cluster.cluster_id, conf, self._s.fetch, self._ctx, self._finished_q.put)
+        cid = cluster.cluster_id
+        client_conf: dict[str, Any] = {**conf, **client_logging(cid, f"reader {self.index}")}
+        fetcher = ClusterFetcher(cid, client_conf, self._s.fetch, self._ctx, self._finished_q.put)
         fetcher.start()
         return fetcher
 
