@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ._split import KafkaPartitionSplit
 from .metadata._model import ClusterMetadata
 
 
@@ -56,3 +57,14 @@ class SplitsFinishedEvent(SourceEvent):
     """Sent by a reader when bounded splits reached their stopping offsets."""
 
     split_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class StandbySplitsEvent(SourceEvent):
+    """The complete set of splits a reader stands by for (replaces the previous set).
+
+    Each split starts at its last checkpointed (or delivered) position: the reader keeps a connected client
+    for their clusters so that, when their active reader fails, it takes them over without a cold start.
+    """
+
+    splits: tuple[KafkaPartitionSplit, ...] = ()

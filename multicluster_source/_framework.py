@@ -52,6 +52,11 @@ class SplitEnumeratorContext(Protocol):
         """How many readers there are (indices ``0..parallelism-1``)."""
         ...
 
+    @property
+    def reader_racks(self) -> Mapping[int, str | None]:
+        """Reader index -> rack (availability zone), empty when racks are not used."""
+        ...
+
     def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
         """Hand splits to readers (reader index -> splits)."""
         ...
@@ -108,6 +113,14 @@ class SplitEnumerator(Protocol):
         """An event sent by a reader."""
         ...
 
+    def reader_failed(self, reader: int) -> None:
+        """A reader died or stopped heart-beating: move its splits to other readers."""
+        ...
+
+    def is_finished(self) -> bool:
+        """Bounded: every split reached its stopping offset (readers have emitted all their records)."""
+        ...
+
     def snapshot_state(self, checkpoint_id: int) -> dict[str, Any]:
         """The enumerator's state, JSON-ready and versioned."""
         ...
@@ -147,6 +160,15 @@ class ReaderContext(Protocol):
 
     def fail(self, error: BaseException) -> None:
         """Fail the whole source with ``error``."""
+        ...
+
+    def reader_failed(self, error: BaseException) -> None:
+        """This reader cannot go on (its client failed): the runtime fails it over to other readers."""
+        ...
+
+    @property
+    def rack(self) -> str | None:
+        """This reader's rack, when racks are used."""
         ...
 
 

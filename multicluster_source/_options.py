@@ -67,7 +67,7 @@ class _Option:
 
     key: str
     field: str
-    kind: Literal["int", "bool", "optional_bool", "choice"]
+    kind: Literal["int", "bool", "optional_bool", "choice", "spec"]
     rule: _IntRule | None = None
     choices: tuple[str, ...] = ()
 
@@ -76,6 +76,8 @@ class _Option:
             return self.rule.allowed()
         if self.kind == "choice":
             return " or ".join(repr(c) for c in self.choices)
+        if self.kind == "spec":
+            return "'' (none) or 'module:Class'"
         return "'true' or 'false' (case-insensitive)"
 
     def error(self, value: object) -> ConfigurationError:
@@ -92,6 +94,10 @@ class _Option:
             if not _INT_RE.fullmatch(stripped):
                 raise self.error(text)
             return int(stripped)
+        if self.kind == "spec":
+            if not _SPEC_RE.fullmatch(stripped):
+                raise self.error(text)
+            return stripped
         if self.kind in ("bool", "optional_bool"):
             lowered = stripped.lower()
             if lowered not in ("true", "false"):
@@ -114,6 +120,9 @@ class _Option:
         elif self.kind == "optional_bool":
             if value is not None and not isinstance(value, bool):
                 raise self.error(value)
+        elif self.kind == "spec":
+            if not isinstance(value, str) or not _SPEC_RE.fullmatch(value):
+                raise self.error(value)
         elif value not in self.choices:
             raise self.error(value)
 
@@ -122,6 +131,8 @@ class _Option:
             return "true" if value else "false"
         return str(value)
 
+
+_SPEC_RE: Final = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*)?")
 
 _OPTIONS: Final[tuple[_Option, ...]] = (
     _Option(
@@ -159,6 +170,8 @@ _OPTIONS: Final[tuple[_Option, ...]] = (
     _Option("reader.buffer.max.batches", "reader_buffer_max_batches", "int", _IntRule(1, MAX_COUNT)),
     _Option("reader.batch.max.records", "reader_batch_max_records", "int", _IntRule(1, _MAX_BATCH_RECORDS)),
     _Option("metadata.change.debounce.ms", "metadata_change_debounce_ms", "int", _IntRule(0, MAX_MS)),
+    _Option("standby.assignor", "standby_assignor", "spec"),
+    _Option("reader.heartbeat.timeout.ms", "reader_heartbeat_timeout_ms", "int", _IntRule(100, MAX_MS)),
 )
 _BY_KEY: Final = {o.key: o for o in _OPTIONS}
 _BY_FIELD: Final = {o.field: o for o in _OPTIONS}
@@ -191,6 +204,8 @@ class SourceOptions:
     reader_buffer_max_batches: int = 16
     reader_batch_max_records: int = 2000
     metadata_change_debounce_ms: int = 100
+    standby_assignor: str = ""
+    reader_heartbeat_timeout_ms: int = 10_000
 
     def __post_init__(self) -> None:
         for f in fields(self):

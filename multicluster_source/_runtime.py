@@ -127,6 +127,7 @@ class Coordinator:
         self._stopped = threading.Event()
         self.readers: list[ReaderRunner] = []
         self.enumerator: SplitEnumerator | None = None
+        self.racks: dict[int, str | None] = {}
 
     # -------------------------------------------------------------------------------- thread and mailbox
 
@@ -187,6 +188,11 @@ class Coordinator:
     def parallelism(self) -> int:
         """Number of readers."""
         return self._parallelism
+
+    @property
+    def reader_racks(self) -> Mapping[int, str | None]:
+        """Reader index -> rack."""
+        return self.racks
 
     def run_in_coordinator(self, fn: Callable[[], None], *, delay: float = 0.0) -> _Handle:
         """Queue ``fn`` for the coordinator thread, after ``delay`` seconds."""
@@ -259,6 +265,15 @@ class Coordinator:
         """Fail the source."""
         self._on_fail(error)
 
+    def reader_lost(self, reader: int) -> None:
+        """Queue a reader's failure for the enumerator (from any thread)."""
+
+        def run() -> None:
+            if self.enumerator is not None:
+                self.enumerator.reader_failed(reader)
+
+        self._mailbox.put(run)
+
     def deliver_reader_event(self, reader: int, event: SourceEvent) -> None:
         """Queue a reader's event for the enumerator (from the reader's thread)."""
 
@@ -279,8 +294,15 @@ class ReaderRunner:
         coordinator: Coordinator,
         handoff: Handoff,
         on_fail: Callable[[BaseException], None],
+        on_reader_failed: Callable[[int, BaseException], None] | None = None,
+        rack: str | None = None,
     ) -> None:
         self._index = index
+        self._rack = rack
+        self._on_reader_failed = on_reader_failed
+        self.failed: BaseException | None = None
+        self.last_beat = time.monotonic()
+        self._kill = threading.Event()
         self._coordinator = coordinator
         self._handoff = handoff
         self._on_fail = on_fail
@@ -297,6 +319,11 @@ class ReaderRunner:
         """This reader's index."""
         return self._index
 
+    @property
+    def rack(self) -> str | None:
+        """This reader's rack."""
+        return self._rack
+
     def start(self, reader: SourceReader) -> None:
         """Start the thread running ``reader``."""
         self.reader = reader
@@ -312,6 +339,9 @@ class ReaderRunner:
         try:
             reader.start()
             while not self._stopping.is_set():
+                self.last_beat = time.monotonic()
+                if self._kill.is_set():
+                    raise RuntimeError(f"reader {self._index} was killed (kill_reader)")
                 try:
                     kind, payload = self._inbox.get(timeout=0.05)
                 except queue.Empty:
@@ -327,9 +357,11 @@ class ReaderRunner:
                 reader.poll_events()
                 if reader.is_finished():
                     self.finished.set()
+                else:
+                    self.finished.clear()
         except BaseException as exc:
-            _log.exception("reader %d failed", self._index)
-            self._on_fail(exc)
+            _log.error("reader %d failed: %s", self._index, exc)
+            self.reader_failed(exc)
         finally:
             try:
                 reader.close()
@@ -340,8 +372,23 @@ class ReaderRunner:
         """Stop the reader and wait for its thread (which closes its clients)."""
         self._stopping.set()
         self._inbox.put(("stop", None))
-        if self._thread.is_alive():
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=60)
+
+    def kill(self) -> None:
+        """Make this reader fail as if its thread had died (chaos testing of failover)."""
+        self._kill.set()
+
+    def reader_failed(self, error: BaseException) -> None:
+        """This reader cannot go on: fence it (its records are no longer accepted) and report it once."""
+        if self.failed is not None:
+            return
+        self.failed = error
+        self._stopping.set()
+        if self._on_reader_failed is not None:
+            self._on_reader_failed(self._index, error)
+        else:
+            self._on_fail(error)
 
     # ------------------------------------------------------------------------------------- ReaderContext
 
@@ -350,7 +397,9 @@ class ReaderRunner:
         self._coordinator.deliver_reader_event(self._index, event)
 
     def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
-        """Hand a batch to the caller (blocking while the buffer is full)."""
+        """Hand a batch to the caller (blocking while the buffer is full); refused once fenced."""
+        if self.failed is not None or self._stopping.is_set():
+            return False
         return self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
 
     def is_buffer_full(self) -> bool:

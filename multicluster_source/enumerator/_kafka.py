@@ -42,6 +42,8 @@ class ClusterEnumeratorConfig:
     """None: discover once (bounded sources, or ``partition.discovery.interval.ms=-1``)."""
     request_timeout_s: float = 30.0
     retry_backoff_s: float = 1.0
+    leader_racks: bool = False
+    """Learn the rack of every partition's leader (for rack-aware assignment) on each discovery round."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class _Discovered:
     splits: list[KafkaPartitionSplit]
     missing_topics: list[str]
     topics_asked: frozenset[str]
+    leader_racks: dict[tuple[str, int], str | None]
 
 
 class KafkaClusterEnumerator:
@@ -149,12 +152,21 @@ class KafkaClusterEnumerator:
         md = admin.list_topics(timeout=config.request_timeout_s)
         found: list[tuple[str, int]] = []
         missing: list[str] = []
+        leaders: dict[tuple[str, int], int] = {}
         for topic in sorted(topics):
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
                 missing.append(topic)
                 continue
             found.extend((topic, p) for p in sorted(tmd.partitions))
+            leaders.update({(topic, p): pmd.leader for p, pmd in tmd.partitions.items()})
+        leader_racks: dict[tuple[str, int], str | None] = {}
+        if config.leader_racks and leaders:
+            nodes = admin.describe_cluster(request_timeout=config.request_timeout_s).result(
+                timeout=config.request_timeout_s + 5
+            )
+            rack_of = {node.id: (node.rack or None) for node in nodes.nodes}
+            leader_racks = {tp: rack_of.get(leader) for tp, leader in leaders.items()}
         new = [tp for tp in found if tp not in known]
         first_sight = [tp for tp in new if tp[0] not in seen]
         later = [tp for tp in new if tp[0] in seen]
@@ -188,7 +200,7 @@ class KafkaClusterEnumerator:
                 timeout=config.request_timeout_s,
             )
         splits = [KafkaPartitionSplit(cid, t, p, max(0, starts[(t, p)]), stops.get((t, p))) for t, p in new]
-        return _Discovered(splits, missing, topics)
+        return _Discovered(splits, missing, topics, leader_racks)
 
     def _on_discovered(
         self, result: _Discovered | None, error: BaseException | None, generation: int
@@ -217,6 +229,10 @@ class KafkaClusterEnumerator:
         self._seen |= {t for t in result.topics_asked if t in self._topics and t not in result.missing_topics}
         self._rounds += 1
         self._refresh_snapshot()
+        if result.leader_racks:
+            self._context.leaders_discovered(
+                {tp: rack for tp, rack in result.leader_racks.items() if tp[0] in self._topics}
+            )
         if fresh:
             _log.info("cluster=%s: discovered %d new partitions", cid, len(fresh))
             self._context.splits_discovered(fresh, initial=self._rounds == 1)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -16,13 +15,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._clientconf import cluster_client_config, merge_stream_clusters
-from .._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent, SplitsFinishedEvent
+from .._events import (
+    GetMetadataUpdateEvent,
+    MetadataUpdateEvent,
+    SourceEvent,
+    SplitsFinishedEvent,
+    StandbySplitsEvent,
+)
 from .._framework import Cancellable, SplitEnumeratorContext
 from .._offsets import OffsetsInitializer
 from .._split import KafkaPartitionSplit
-from ..exceptions import MetadataError
+from .._standby import RackAwareStandbyAssignor
+from ..exceptions import MetadataError, SourceFailedError
 from ..metadata._model import ClusterMetadata, KafkaMetadataService
 from ..metadata._subscriber import KafkaStreamSubscriber
+from ._assignment import SplitAssigner
 from ._kafka import AdminFactory, ClusterEnumeratorConfig, KafkaClusterEnumerator, default_admin_factory
 from ._proxy import StoppableContextProxy
 from ._state import EnumeratorState, RemovedSplit
@@ -51,6 +58,8 @@ class EnumeratorSettings:
     commit_offsets: bool
     mode: Literal["per_cluster", "global"]
     metrics: Any
+    num_standby: int = 0
+    standby_assignor: RackAwareStandbyAssignor | None = None
     debounce_s: float = 0.1
     """Delay between a change notification and the metadata read it triggers (coalesces bursts)."""
     admin_factory: AdminFactory = default_admin_factory
@@ -80,8 +89,18 @@ class MultiClusterEnumerator:
         self._metadata: dict[str, ClusterMetadata] = {}
         self._version = 0
         self._splits: dict[str, KafkaPartitionSplit] = {}
-        self._owner: dict[str, int] = {}
+        self._assigner = SplitAssigner(
+            context.parallelism,
+            settings.mode,
+            context.reader_racks,
+            settings.num_standby,
+            settings.standby_assignor,
+        )
+        self._owner = self._assigner.owner
         self._finished: set[str] = set()
+        self._standby_sent: dict[int, frozenset[tuple[str, int]]] = {}
+        self._all_finished = False
+        self.failovers: list[dict[str, Any]] = []
         self._removed: dict[str, RemovedSplit] = {}
         self._seen: dict[str, frozenset[str]] = {}
         self._registered: set[int] = set()
@@ -262,6 +281,8 @@ class MultiClusterEnumerator:
         if initial:
             # Restored splits of clusters that are still there go back to readers.
             self._assign([s for sid, s in sorted(self._splits.items()) if sid not in self._owner])
+        elif retired:
+            self._place_standbys()
         self._update_split_gauges()
 
     def _cluster_config(self, cluster: ClusterMetadata) -> ClusterEnumeratorConfig:
@@ -277,12 +298,15 @@ class MultiClusterEnumerator:
             starting=self._s.starting,
             stopping=self._s.stopping,
             discovery_interval_s=None if self.bounded else self._s.partition_discovery_interval_s,
+            leader_racks=self._assigner.rack_aware,
             request_timeout_s=min(30.0, float(props.get("socket.timeout.ms", "60000")) / 1000.0),
         )
 
     def _start_cluster(self, cluster: ClusterMetadata, config: ClusterEnumeratorConfig) -> None:
         cid = cluster.cluster_id
-        proxy = StoppableContextProxy(cid, self._ctx, self._on_splits, self._on_discovery_done)
+        proxy = StoppableContextProxy(
+            cid, self._ctx, self._on_splits, self._on_discovery_done, self._on_leaders
+        )
         known = {s.topic_partition for s in self._splits.values() if s.cluster_id == cid}
         seen = set(self._seen.get(cid, frozenset())) & set(cluster.topics)
         seen |= {tp[0] for tp in known}
@@ -303,7 +327,7 @@ class MultiClusterEnumerator:
         ]
         for sid in gone:
             split = self._splits.pop(sid)
-            self._owner.pop(sid, None)
+            self._assigner.release([sid])
             self._finished.discard(sid)
             if self._s.removed_retention_ms > 0:
                 self._removed[sid] = RemovedSplit(split, now_ms)
@@ -354,34 +378,104 @@ class MultiClusterEnumerator:
             _log.info("source=%s: every split is known (bounded); no more splits", self._s.source_name)
             for reader in sorted(self._registered):
                 self._ctx.signal_no_more_splits(reader)
+            self._check_finished()
 
-    def _owner_for(self, split: KafkaPartitionSplit, load: list[int]) -> int:
-        n = self._ctx.parallelism
-        if self._s.mode == "global":
-            return min(range(n), key=lambda r: (load[r], r))
-        start = zlib.crc32(f"{split.cluster_id}/{split.topic}".encode()) % n
-        return (start + split.partition) % n
+    def _on_leaders(self, cluster_id: str, racks: dict[tuple[str, int], str | None]) -> None:
+        for (topic, partition), rack in racks.items():
+            self._assigner.leader_rack[f"{cluster_id}/{topic}/{partition}"] = rack
 
     def _assign(self, splits: Sequence[KafkaPartitionSplit]) -> None:
         if not splits:
             return
-        n = self._ctx.parallelism
-        load = [0] * n
-        for sid, owner in self._owner.items():
-            if sid not in self._finished:
-                load[owner] += 1
-        assignment: dict[int, list[KafkaPartitionSplit]] = {}
-        for split in sorted(splits, key=lambda s: s.split_id):
-            owner = self._owner_for(split, load)
-            load[owner] += 1
-            self._owner[split.split_id] = owner
-            assignment.setdefault(owner, []).append(split)
-        ready = {r: s for r, s in assignment.items() if r in self._registered}
+        assignment = self._assigner.place(splits, self._finished)
+        self._send(assignment)
+        self._place_standbys()
+
+    def _send(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
+        ready = {r: list(s) for r, s in assignment.items() if r in self._registered}
         for reader, waiting in assignment.items():
             if reader not in self._registered:
                 self._unsent.setdefault(reader, []).extend(waiting)
         if ready:
             self._ctx.assign_splits(ready)
+
+    def _place_standbys(self) -> None:
+        if self._assigner.num_standby <= 0:
+            return
+        active = [sid for sid in self._splits if sid not in self._finished and sid in self._owner]
+        per_reader = self._assigner.place_standbys(active)
+        positions = self._ctx.delivered_positions(sorted({sid for ids in per_reader.values() for sid in ids}))
+        for reader, ids in per_reader.items():
+            splits = tuple(
+                self._splits[sid].starting_at(positions.get(sid, self._splits[sid].starting_offset))
+                for sid in sorted(ids)
+            )
+            key = frozenset((s.split_id, s.starting_offset) for s in splits)
+            if reader in self._registered and self._standby_sent.get(reader) != key:
+                self._standby_sent[reader] = key
+                self._ctx.send_event_to_reader(reader, StandbySplitsEvent(splits))
+
+    def reader_failed(self, reader: int) -> None:
+        """Move a failed reader's splits to their standbys (or other live readers), resuming each at the
+        position the caller reached; place new standbys."""
+        if reader not in self._assigner.alive:
+            return
+        lost = self._assigner.reader_lost(reader)
+        self._registered.discard(reader)
+        self._unsent.pop(reader, None)
+        self._standby_sent.pop(reader, None)
+        if not self._assigner.alive:
+            self._ctx.fail(SourceFailedError(f"source {self._s.source_name}: every reader failed"))
+            return
+        moving = [sid for sid in lost if sid not in self._finished and sid in self._splits]
+        positions = self._ctx.delivered_positions(moving)
+        assignment: dict[int, list[KafkaPartitionSplit]] = {}
+        load = self._assigner.loads(self._finished)
+        for sid in moving:
+            split = self._splits[sid].starting_at(positions.get(sid, self._splits[sid].starting_offset))
+            self._splits[sid] = split
+            target = self._assigner.standby_target(sid)
+            if target is None:
+                target = min(sorted(self._assigner.alive), key=lambda r: (load[r], r))
+                self._assigner.reasons[sid] = f"failover from reader {reader}: least loaded"
+            else:
+                self._assigner.reasons[sid] = f"failover from reader {reader}: standby"
+            load[target] += 1
+            self._owner[sid] = target
+            assignment.setdefault(target, []).append(split)
+        for sid in lost:  # finished splits keep an owner for the record
+            if sid not in self._owner and sid in self._splits:
+                self._owner[sid] = min(self._assigner.alive)
+        clusters = sorted({self._splits[sid].cluster_id for sid in moving})
+        for cid in clusters:
+            self._metrics.failover(cid)
+        self.failovers.append(
+            {
+                "reader": reader,
+                "at_ms": int(self._s.clock() * 1000),
+                "splits": len(moving),
+                "to": {r: len(v) for r, v in sorted(assignment.items())},
+            }
+        )
+        _log.warning(
+            "source=%s: reader %d failed; %d splits of clusters %s move to readers %s",
+            self._s.source_name,
+            reader,
+            len(moving),
+            clusters,
+            sorted(assignment),
+        )
+        self._send(assignment)
+        self._place_standbys()
+        self._update_split_gauges()
+
+    def is_finished(self) -> bool:
+        """Bounded: every split is known and reached its stopping offset."""
+        return self._all_finished
+
+    def _check_finished(self) -> None:
+        if self.bounded and self._no_more_splits and all(sid in self._finished for sid in self._splits):
+            self._all_finished = True
 
     def _update_split_gauges(self) -> None:
         counts: dict[str, int] = dict.fromkeys(self._metadata, 0)
@@ -395,6 +489,8 @@ class MultiClusterEnumerator:
 
     def add_reader(self, reader: int) -> None:
         """A reader asked for metadata: answer it, then hand it what waits for it."""
+        if reader not in self._assigner.alive:
+            return
         self._registered.add(reader)
         self._ctx.send_event_to_reader(reader, MetadataUpdateEvent(self._metadata, version=self._version))
         waiting = self._unsent.pop(reader, [])
@@ -403,6 +499,8 @@ class MultiClusterEnumerator:
             self._ctx.assign_splits({reader: live})
         if self._no_more_splits:
             self._ctx.signal_no_more_splits(reader)
+        self._standby_sent.pop(reader, None)
+        self._place_standbys()
 
     def handle_reader_event(self, reader: int, event: SourceEvent) -> None:
         """Readers ask for metadata and report finished splits."""
@@ -411,6 +509,7 @@ class MultiClusterEnumerator:
         elif isinstance(event, SplitsFinishedEvent):
             self._finished |= {sid for sid in event.split_ids if sid in self._splits}
             self._update_split_gauges()
+            self._check_finished()
         else:
             _log.warning("source=%s: unknown event from reader %d: %r", self._s.source_name, reader, event)
 
@@ -480,6 +579,9 @@ class MultiClusterEnumerator:
                 for cid, md in sorted(self._metadata.items())
             },
             "splits": {sid: self._owner.get(sid) for sid in sorted(self._splits)},
+            "placement": self._assigner.status(),
+            "live_readers": sorted(self._assigner.alive),
+            "failovers": list(self.failovers),
             "finished": sorted(self._finished),
             "retained": sorted(self._removed),
             "metadata_failures_in_a_row": self._failures,

@@ -30,11 +30,13 @@ class StoppableContextProxy:
         context: SplitEnumeratorContext,
         on_splits: SplitsHandler,
         on_discovery_done: Callable[[str], None],
+        on_leaders: Callable[[str, dict[tuple[str, int], str | None]], None] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
         self._context = context
         self._on_splits = on_splits
         self._on_discovery_done = on_discovery_done
+        self._on_leaders = on_leaders
         self._handles: list[Cancellable] = []
         self._stopped = False
 
@@ -69,6 +71,11 @@ class StoppableContextProxy:
             if split.cluster_id != self.cluster_id:
                 raise ValueError(f"split {split.split_id} does not belong to cluster {self.cluster_id}")
         self._on_splits(self.cluster_id, splits, initial)
+
+    def leaders_discovered(self, racks: dict[tuple[str, int], str | None]) -> None:
+        """The rack of each partition's leader, as of the latest discovery round."""
+        if not self._stopped and self._on_leaders is not None:
+            self._on_leaders(self.cluster_id, racks)
 
     def discovery_done(self) -> None:
         """The enumerator finished a discovery round (used to know when a bounded source has every split)."""

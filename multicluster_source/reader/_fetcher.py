@@ -46,6 +46,8 @@ class FetchSettings:
     consumer_factory: ConsumerFactory = default_consumer_factory
     poll_timeout_s: float = 0.1
     lag_interval_s: float = 1.0
+    on_topic_read: Callable[[str, str, int], None] | None = None
+    """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
 
 
 class _Progress:
@@ -69,8 +71,10 @@ class ClusterFetcher:
         settings: FetchSettings,
         context: ReaderContext,
         on_finished: Callable[[list[str]], None],
+        consumer: Any = None,
     ) -> None:
         self.cluster_id = cluster_id
+        self._warm_consumer = consumer
         self._conf = conf
         self._s = settings
         self._ctx = context
@@ -140,16 +144,17 @@ class ClusterFetcher:
     def _run(self) -> None:
         consumer: Any = None
         try:
-            consumer = self._s.consumer_factory(self._conf)
+            consumer = self._warm_consumer or self._s.consumer_factory(self._conf)
+            self._warm_consumer = None
             self._loop(consumer)
         except BaseException as exc:
             if not self._stopping.is_set():
                 if isinstance(exc, DeserializationError):
-                    self._ctx.fail(exc)
+                    self._ctx.fail(exc)  # the data is bad for every reader: the source fails
                 else:
                     error = SourceFailedError(f"cluster={self.cluster_id}: fetching failed: {exc}")
                     error.__cause__ = exc
-                    self._ctx.fail(error)
+                    self._ctx.reader_failed(error)  # this reader fails over to others
         finally:
             if consumer is not None:
                 try:
@@ -282,8 +287,11 @@ class ClusterFetcher:
                 consumer.resume(consumer.assignment())
             if not delivered:
                 return
+        on_topic_read = self._s.on_topic_read
         for topic, (n, nbytes) in counts.items():
             self._s.metrics.record_consumed(cid, topic, n, nbytes)
+            if on_topic_read is not None:
+                on_topic_read(cid, topic, self._s.reader_index)
         if finished:
             from confluent_kafka import TopicPartition
 

@@ -6,15 +6,23 @@ splits from their threads through a queue that :meth:`poll_events` drains.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._clientconf import cluster_client_config
 from .._clientlog import client_logging
-from .._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent, SplitsFinishedEvent
+from .._events import (
+    GetMetadataUpdateEvent,
+    MetadataUpdateEvent,
+    SourceEvent,
+    SplitsFinishedEvent,
+    StandbySplitsEvent,
+)
 from .._framework import ReaderContext
 from .._split import KafkaPartitionSplit
 from ..metadata._model import ClusterMetadata
@@ -25,13 +33,40 @@ _log = logging.getLogger("multicluster_source.reader")
 
 @dataclass(frozen=True)
 class ReaderSettings:
-    """What every reader of a source shares."""
+    """What every reader of a source shares (and this reader's rack)."""
 
     group_id: str
     client_properties: Mapping[str, str]
     client_id_prefix: str
     bounded: bool
     fetch: FetchSettings
+    rack: str | None = None
+    rack_id_supplier: Callable[[str, str | None], str | None] | None = None
+
+
+class FetchBrokerStats:
+    """``stats_cb`` of a consumer: which broker each partition is fetched from (leader or a follower).
+
+    Filled only when ``statistics.interval.ms`` is set; shows fetch-from-follower (KIP-392) at work.
+    """
+
+    def __init__(self) -> None:
+        self.partitions: dict[str, dict[str, int | None]] = {}
+
+    def __call__(self, stats_json: str) -> None:
+        """Called by librdkafka (on the thread that polls the consumer) with its statistics JSON."""
+        try:
+            data = json.loads(stats_json)
+        except ValueError:
+            return
+        for topic, tdata in (data.get("topics") or {}).items():
+            for partition, pdata in (tdata.get("partitions") or {}).items():
+                if partition == "-1" or not isinstance(pdata, dict):
+                    continue
+                self.partitions[f"{topic}/{partition}"] = {
+                    "leader": pdata.get("leader"),
+                    "fetching_from": pdata.get("broker"),
+                }
 
 
 class MultiClusterReader:
@@ -47,6 +82,9 @@ class MultiClusterReader:
         self._finished_q: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         self._no_more_splits = False
         self._closed = False
+        self._standby: dict[str, KafkaPartitionSplit] = {}
+        self._warm: dict[str, Any] = {}
+        self._stats: dict[str, FetchBrokerStats] = {}
 
     @property
     def index(self) -> int:
@@ -89,33 +127,84 @@ class MultiClusterReader:
         fetcher = self._fetchers.get(cluster_id)
         if fetcher is None:
             assert self._metadata is not None
-            fetcher = self._new_fetcher(self._metadata[cluster_id])
+            fetcher = self._new_fetcher(self._metadata[cluster_id], self._warm.pop(cluster_id, None))
             self._fetchers[cluster_id] = fetcher
         return fetcher
 
-    def _new_fetcher(self, cluster: ClusterMetadata) -> ClusterFetcher:
+    def _client_conf(self, cluster: ClusterMetadata) -> dict[str, Any]:
+        """A consumer configuration for ``cluster`` (secrets resolved: never log it)."""
         extra = {
             "group.id": self._s.group_id,
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             "enable.partition.eof": "true" if self._s.bounded else "false",
         }
-        conf = cluster_client_config(
+        cid = cluster.cluster_id
+        conf: dict[str, Any] = cluster_client_config(
             cluster,
             self._s.client_properties,
-            client_id=f"{self._s.client_id_prefix}-{cluster.cluster_id}-reader-{self.index}",
+            client_id=f"{self._s.client_id_prefix}-{cid}-reader-{self.index}",
             extra=extra,
         )
         conf.setdefault("auto.offset.reset", "earliest")
         conf.setdefault("queued.max.messages.kbytes", "16384")
+        if self._s.rack_id_supplier is not None and "client.rack" not in conf:
+            rack_id = self._s.rack_id_supplier(cid, self._s.rack)
+            if rack_id:
+                conf["client.rack"] = rack_id
+        if int(conf.get("statistics.interval.ms", "0") or 0) > 0:
+            conf["stats_cb"] = self._stats.setdefault(cid, FetchBrokerStats())
+        conf.update(client_logging(cid, f"reader {self.index}"))
+        return conf
+
+    def _new_fetcher(self, cluster: ClusterMetadata, warm: Any = None) -> ClusterFetcher:
         cid = cluster.cluster_id
-        client_conf: dict[str, Any] = {**conf, **client_logging(cid, f"reader {self.index}")}
-        fetcher = ClusterFetcher(cid, client_conf, self._s.fetch, self._ctx, self._finished_q.put)
+        conf = self._client_conf(cluster)
+        fetcher = ClusterFetcher(cid, conf, self._s.fetch, self._ctx, self._finished_q.put, consumer=warm)
         fetcher.start()
         return fetcher
 
+    # ------------------------------------------------------------------------------------ standbys
+
+    def _set_standby(self, splits: Sequence[KafkaPartitionSplit]) -> None:
+        self._standby = {s.split_id: s for s in splits}
+        self._sync_warm()
+
+    def _sync_warm(self) -> None:
+        """Keep one connected, idle consumer per cluster this reader stands by for and does not read."""
+        metadata = self._metadata or {}
+        wanted = {
+            s.cluster_id
+            for s in self._standby.values()
+            if s.cluster_id in metadata and s.cluster_id not in self._fetchers
+        }
+        for cid in sorted(set(self._warm) - wanted):
+            self._close_warm(cid)
+        for cid in sorted(wanted - set(self._warm)):
+            consumer = self._s.fetch.consumer_factory(self._client_conf(metadata[cid]))
+            self._warm[cid] = consumer
+            topic = next(iter(sorted(s.topic for s in self._standby.values() if s.cluster_id == cid)))
+            threading.Thread(
+                target=_connect,
+                args=(consumer, topic),
+                name=f"mcs-warm-{self._s.fetch.source_name}-{self.index}-{cid}",
+                daemon=True,
+            ).start()
+            _log.info("reader=%d cluster=%s: standby client ready to take over", self.index, cid)
+
+    def _close_warm(self, cluster_id: str) -> None:
+        consumer = self._warm.pop(cluster_id, None)
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception as exc:
+                _log.warning("cluster=%s: standby consumer close failed: %s", cluster_id, exc)
+
     def handle_source_event(self, event: SourceEvent) -> None:
         """Follow a metadata update: touch only the clusters that changed."""
+        if isinstance(event, StandbySplitsEvent):
+            self._set_standby(event.splits)
+            return
         if not isinstance(event, MetadataUpdateEvent):
             _log.warning("reader=%d: unknown event %r", self.index, event)
             return
@@ -125,6 +214,9 @@ class MultiClusterReader:
         new = dict(event.clusters)
         old = self._metadata or {}
         self._metadata = new
+        for cid in sorted(set(self._warm)):
+            if cid not in new or not old.get(cid, new[cid]).same_connection(new[cid]):
+                self._close_warm(cid)
         for cid in sorted(set(self._fetchers) - set(new)):
             self._fetchers.pop(cid).stop()
             self._s.fetch.metrics.remove_cluster(cid)
@@ -150,6 +242,7 @@ class MultiClusterReader:
             elif gone_topics:
                 self._fetchers[cid].remove_topics(gone_topics)
         self._route()
+        self._sync_warm()
 
     def notify_no_more_splits(self) -> None:
         """Bounded: no further splits will come."""
@@ -180,7 +273,24 @@ class MultiClusterReader:
         self._closed = True
         for cid in list(self._fetchers):
             self._fetchers.pop(cid).stop()
+        for cid in list(self._warm):
+            self._close_warm(cid)
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready view of this reader."""
-        return {"clusters": sorted(self._fetchers), "splits": self.split_ids()}
+        return {
+            "rack": self._s.rack,
+            "clusters": sorted(self._fetchers),
+            "splits": self.split_ids(),
+            "standby": sorted(self._standby),
+            "warm_clients": sorted(self._warm),
+            "fetching_from": {cid: dict(st.partitions) for cid, st in sorted(self._stats.items())},
+        }
+
+
+def _connect(consumer: Any, topic: str) -> None:
+    """Open a standby consumer's connections (metadata of one of its topics), off the reader thread."""
+    try:
+        consumer.list_topics(topic=topic, timeout=10.0)
+    except Exception as exc:  # a standby that cannot connect yet still takes over later
+        _log.debug("standby consumer could not connect yet: %s", exc)

@@ -33,6 +33,8 @@ DEFAULTS = {
     "reader.buffer.max.batches": "16",
     "reader.batch.max.records": "2000",
     "metadata.change.debounce.ms": "100",
+    "standby.assignor": "",
+    "reader.heartbeat.timeout.ms": "10000",
 }
 
 
@@ -60,6 +62,8 @@ def test_defaults() -> None:
     assert opts.reader_buffer_max_batches == 16
     assert opts.reader_batch_max_records == 2000
     assert opts.metadata_change_debounce_ms == 100
+    assert opts.standby_assignor == ""
+    assert opts.reader_heartbeat_timeout_ms == 10_000
     assert opts.as_dict() == DEFAULTS
 
 
@@ -140,6 +144,8 @@ BAD_VALUES = [
     ("reader.batch.max.records", "0", "an integer from 1"),
     ("reader.batch.max.records", "1000001", "an integer from 1 to 1000000"),
     ("metadata.change.debounce.ms", "-1", "an integer from 0"),
+    ("standby.assignor", "not a spec", "'module:Class'"),
+    ("reader.heartbeat.timeout.ms", "99", "an integer from 100"),
 ]
 
 

@@ -33,10 +33,15 @@ class FakeAdmin:
     def list_topics(self, timeout: float) -> Any:
         return SimpleNamespace(
             topics={
-                t: SimpleNamespace(error=None, partitions=dict.fromkeys(range(n)))
+                t: SimpleNamespace(error=None, partitions={p: SimpleNamespace(leader=p % 3) for p in range(n)})
                 for t, n in self.topics.items()
             }
         )
+
+    def describe_cluster(self, request_timeout: float) -> Future[Any]:
+        fut: Future[Any] = Future()
+        fut.set_result(SimpleNamespace(nodes=[SimpleNamespace(id=i, rack="abc"[i]) for i in range(3)]))
+        return fut
 
     def list_offsets(self, request: Mapping[Any, Any], request_timeout: float) -> dict[Any, Future[Any]]:
         out: dict[Any, Future[Any]] = {}
@@ -58,8 +63,9 @@ class Handle:
 class SyncContext:
     """Runs async calls at once when due now; later ones are kept and run by ``tick()``."""
 
-    def __init__(self, parallelism: int = 2) -> None:
+    def __init__(self, parallelism: int = 2, racks: Mapping[int, str | None] | None = None) -> None:
         self.parallelism = parallelism
+        self.reader_racks: Mapping[int, str | None] = dict(racks or {})
         self.assigned: dict[int, list[KafkaPartitionSplit]] = {}
         self.events: list[tuple[int, SourceEvent]] = []
         self.later: list[tuple[Handle, Callable[[], None]]] = []
@@ -117,7 +123,7 @@ def cluster(cid: str, *topics: str, servers: str | None = None, **props: str) ->
 def make(
     service: InMemoryMetadataService, restored: EnumeratorState | None = None, **overrides: Any
 ) -> tuple[MultiClusterEnumerator, SyncContext, CollectorRegistry]:
-    ctx = SyncContext()
+    ctx = SyncContext(overrides.pop("parallelism", 2), overrides.pop("racks", None))
     registry = CollectorRegistry()
 
     def admin_factory(conf: Mapping[str, Any]) -> FakeAdmin:
@@ -141,6 +147,7 @@ def make(
         mode=overrides.pop("mode", "per_cluster"),
         metrics=SourceMetrics(registry, "src"),
         admin_factory=admin_factory,
+        debounce_s=0.0,
         **overrides,
     )
     enumerator = MultiClusterEnumerator(ctx, settings, restored)
@@ -276,8 +283,7 @@ def test_global_mode_balances_within_one() -> None:
     service = InMemoryMetadataService(
         [KafkaStream("s", {c: cluster(c, *TOPICS[c]) for c in ("east", "west", "central")})]
     )
-    enumerator, ctx, _ = make(service, mode="global")
-    ctx.parallelism = 4
+    enumerator, ctx, _ = make(service, mode="global", parallelism=4)
     enumerator.start()
     for r in range(4):
         enumerator.add_reader(r)
