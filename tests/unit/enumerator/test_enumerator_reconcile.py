@@ -305,3 +305,38 @@ def test_restore_retires_splits_of_clusters_that_are_gone() -> None:
     assert "east/orders/1" in splits and "gone/t/0" not in splits
     state = EnumeratorState.from_dict(enumerator.snapshot_state(2))
     assert [r.split.split_id for r in state.removed] == ["gone/t/0"]
+
+
+def test_reader_failure_moves_splits_at_delivered_positions_and_counts() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders")})])
+    enumerator, ctx, registry = make(service, parallelism=2)
+    enumerator.start()
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+    lost = [s.split_id for s in ctx.assigned[1]]
+    assert lost
+    for sid in lost:
+        ctx.positions[sid] = 42
+    ctx.assigned.clear()
+    enumerator.reader_failed(1)
+    moved = ctx.assigned[0]
+    assert sorted(s.split_id for s in moved) == sorted(lost)
+    assert all(s.starting_offset == 42 for s in moved)
+    assert registry.get_sample_value("multicluster_source_failovers_total", {"cluster": "east"}) == 1.0
+    enumerator.reader_failed(1)  # reported twice: counted once
+    assert registry.get_sample_value("multicluster_source_failovers_total", {"cluster": "east"}) == 1.0
+    enumerator.reader_failed(0)
+    assert ctx.failed and "every reader failed" in str(ctx.failed[0])
+
+
+def test_leader_racks_steer_assignment() -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"west": cluster("west", "orders")})])
+    enumerator, ctx, _ = make(service, parallelism=3, racks={0: "a", 1: "b", 2: "c"})
+    enumerator.start()
+    for r in range(3):
+        enumerator.add_reader(r)
+    # FakeAdmin: partition p is led by node p % 3, whose rack is "abc"[p % 3].
+    for reader, splits in ctx.assigned.items():
+        assert all("abc"[s.partition % 3] == "abc"[reader] for s in splits)
+    placement = enumerator.status()["placement"]
+    assert all(e["reason"].startswith("leader rack") for e in placement.values())
