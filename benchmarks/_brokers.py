@@ -104,7 +104,7 @@ def machine_info(kind: str) -> dict[str, Any]:
         "cores": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "brokers": kind,
         "broker_description": broker_description(kind),

@@ -1,19 +1,26 @@
 """Throughput: the source against a raw confluent-kafka drain of the same records, in one run.
 
-Produces N records (100-byte values, 4 partitions per topic) on one cluster (or half on each of two with
-``--clusters 2``), then measures, alternating a, b, c, d and repeating:
+Produces N records (100-byte values, 4 partitions per topic, batching producer) on one cluster (or half on
+each of two with ``--clusters 2``), then measures, alternating a, b, c, d and repeating:
 
 (a) raw, 1 reader: one ``Consumer`` assigned to every partition from the beginning, ``consume(2000, 0.5)``
     touching ``msg.value()`` until N records (with two clusters: one consumer per cluster, drained one after
     the other on the same thread);
 (b) the source, parallelism 1: ``stream.poll(max_records=10000)`` until N records (unbounded, earliest);
-(c) the source, parallelism 2 (the enumerator splits the partitions over two readers);
+(c) the source, parallelism 2 (the enumerator spreads the partitions over two readers);
 (d) raw, 2 readers: two threads over disjoint partitions (partitions 0-1 and 2-3 of every topic).
 
 Each figure is records / second from creating the client (or opening the source) to the N-th record, so it
-includes start-up: connecting, metadata, the first fetch. Nothing here asserts on speed.
+includes start-up (connecting, metadata, the first fetch); a second figure counts from the first record on.
 
-Run: ``python benchmarks/bench_throughput.py [--brokers kafka|tansu] [--records N] [--clusters 2]``.
+All four run under each *client variant*: ``defaults`` (librdkafka's and the source's own defaults) and
+``fast-refetch`` (``fetch.queue.backoff.ms=10`` on the raw consumers and the source alike). librdkafka 2.x
+postpones a partition's next fetch by ``fetch.queue.backoff.ms`` (default 1000 ms) whenever its local queue
+is over ``queued.min.messages`` / ``queued.max.messages.kbytes``; a reader slower than the network hits
+that on every drain, so the defaults measure those pauses as much as the reading.
+
+Nothing here asserts on speed. Run: ``python benchmarks/bench_throughput.py [--brokers kafka|tansu]
+[--records N | --quick] [--clusters 2] [--profile]``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +73,11 @@ LABELS = {
     "source-2": "(c) source, parallelism=2",
     "raw-2": "(d) raw confluent-kafka, 2 consumers in 2 threads",
 }
+#: Client properties given to the raw consumers and to the source alike, by variant name.
+VARIANTS: dict[str, dict[str, str]] = {
+    "defaults": {},
+    "fast-refetch": {"fetch.queue.backoff.ms": "10"},
+}
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ class Dataset:
 class Measurement:
     kind: str
     records: int
-    seconds: float
+    seconds: float  # from client creation / open() to the last record
     first_record_s: float | None
     close_s: float
 
@@ -114,7 +126,9 @@ class Measurement:
 # ----------------------------------------------------------------------------------------------- producing
 
 
-def produce_records(cluster: Cluster, n: int, *, partitions: int = PARTITIONS, value_size: int = VALUE_SIZE):
+def produce_records(
+    cluster: Cluster, n: int, *, partitions: int = PARTITIONS, value_size: int = VALUE_SIZE
+) -> TopicData:
     """Create a topic and fill it with ``n`` records round-robin over its partitions (batching producer)."""
     topic = cluster.create_topic("bench-throughput", partitions)
     value = (b"0123456789abcdefghijklmnopqrstuvwxyz" * (value_size // 36 + 1))[:value_size]
@@ -162,15 +176,19 @@ class _Drained:
     last: float = 0.0  # perf_counter() of the last record
 
 
-def _raw_drain_one(part: TopicData, partitions: Sequence[int], out: _Drained) -> None:
+def _raw_drain_one(
+    part: TopicData, partitions: Sequence[int], props: Mapping[str, str], out: _Drained
+) -> None:
     """Drain ``partitions`` of ``part`` with one consumer; record counts and times in ``out``.
 
-    "From the beginning" is the low watermark, looked up inside the timed window (as the source does):
-    assigning ``OFFSET_BEGINNING`` instead makes librdkafka 2.x wait ~0.5 s before its first fetch.
+    "From the beginning" is the low watermark, looked up inside the timed window (the source resolves its
+    starting offsets inside its window too): assigning ``OFFSET_BEGINNING`` instead makes librdkafka 2.x
+    wait ~0.5 s before its first fetch, which would dwarf everything else at these sizes.
     """
     expected = part.share(partitions)
     consumer = Consumer(
         {
+            **props,
             "bootstrap.servers": part.bootstrap_servers,
             "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
@@ -203,7 +221,7 @@ def _raw_drain_one(part: TopicData, partitions: Sequence[int], out: _Drained) ->
         consumer.close()  # not timed, as the source's close is not
 
 
-def raw_drain(dataset: Dataset, readers: int) -> Measurement:
+def raw_drain(dataset: Dataset, readers: int, props: Mapping[str, str]) -> Measurement:
     """``readers`` threads (the caller's own thread for 1), each over a disjoint share of the partitions;
     a thread drains the clusters one after the other."""
     shares = [[p for p in range(PARTITIONS) if p * readers // PARTITIONS == r] for r in range(readers)]
@@ -213,7 +231,7 @@ def raw_drain(dataset: Dataset, readers: int) -> Measurement:
     def work(r: int) -> None:
         try:
             for part in dataset.parts:
-                _raw_drain_one(part, shares[r], drained[r])
+                _raw_drain_one(part, shares[r], props, drained[r])
         except BaseException as exc:
             errors.append(exc)
 
@@ -237,26 +255,26 @@ def raw_drain(dataset: Dataset, readers: int) -> Measurement:
 # ----------------------------------------------------------------------------------------------- the source
 
 
-def build_source(dataset: Dataset) -> MultiClusterKafkaSource:
+def build_source(dataset: Dataset, props: Mapping[str, str]) -> MultiClusterKafkaSource:
     clusters = {
         t.cluster_id: ClusterMetadata(t.cluster_id, t.bootstrap_servers, frozenset([t.topic]))
         for t in dataset.parts
     }
-    stream = KafkaStream("bench", clusters)
     return (
         MultiClusterKafkaSource.builder()
-        .set_kafka_metadata_service(StaticMetadataService([stream]))
+        .set_kafka_metadata_service(StaticMetadataService([KafkaStream("bench", clusters)]))
         .set_stream_ids(["bench"])
         .set_group_id(f"bench-source-{uuid.uuid4().hex[:8]}")
         .set_starting_offsets(OffsetsInitializer.earliest())
+        .set_properties(props)
         .build()
     )
 
 
-def source_drain(dataset: Dataset, parallelism: int) -> Measurement:
+def source_drain(dataset: Dataset, parallelism: int, props: Mapping[str, str]) -> Measurement:
     """Open the source with ``parallelism`` readers and poll until every record came."""
     expected = dataset.total
-    source = build_source(dataset)
+    source = build_source(dataset, props)
     got = 0
     first: float | None = None
     start = time.perf_counter()
@@ -282,18 +300,18 @@ def source_drain(dataset: Dataset, parallelism: int) -> Measurement:
     return Measurement(f"source-{parallelism}", got, elapsed, first, close_s)
 
 
-RUNNERS: dict[str, Callable[[Dataset], Measurement]] = {
-    "raw-1": lambda d: raw_drain(d, 1),
-    "source-1": lambda d: source_drain(d, 1),
-    "source-2": lambda d: source_drain(d, 2),
-    "raw-2": lambda d: raw_drain(d, 2),
+RUNNERS: dict[str, Callable[[Dataset, Mapping[str, str]], Measurement]] = {
+    "raw-1": lambda d, props: raw_drain(d, 1, props),
+    "source-1": lambda d, props: source_drain(d, 1, props),
+    "source-2": lambda d, props: source_drain(d, 2, props),
+    "raw-2": lambda d, props: raw_drain(d, 2, props),
 }
 
 
 # ----------------------------------------------------------------------------------------------- profiling
 
 
-def profile_source(dataset: Dataset, parallelism: int = 1, top: int = 25) -> str:
+def profile_source(dataset: Dataset, props: Mapping[str, str], parallelism: int = 1, top: int = 25) -> str:
     """One source drain under cProfile on every Python thread; the report as text."""
     profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
@@ -308,7 +326,7 @@ def profile_source(dataset: Dataset, parallelism: int = 1, top: int = 25) -> str
     threading.setprofile(start_thread_profile)
     main.enable()
     try:
-        measurement = source_drain(dataset, parallelism)
+        measurement = source_drain(dataset, parallelism, props)
     finally:
         main.disable()
         threading.setprofile(None)
@@ -317,12 +335,12 @@ def profile_source(dataset: Dataset, parallelism: int = 1, top: int = 25) -> str
     for profile in profiles:
         stats.add(profile)
     out.write(
-        f"cProfile of one source drain, parallelism={parallelism}: {measurement.records} records in "
-        f"{measurement.seconds:.2f} s under the profiler ({measurement.rate:,.0f} records/s; the profiler "
-        f"slows Python code several times, read the shares, not the absolute times).\n"
-        f"Every Python thread is profiled (caller, fetch threads, coordinator, reader); times of the threads "
-        f"add up, so waits (queue.get, consume) show as large cumulative entries.\n\n"
-        f"=== top {top} by cumulative time, the source's own code (multicluster_source) ===\n"
+        f"cProfile of one source drain, parallelism={parallelism}, client properties {dict(props)}: "
+        f"{measurement.records} records in {measurement.seconds:.2f} s under the profiler "
+        f"({measurement.rate:,.0f} records/s; the profiler slows Python code several times: read the shares, "
+        f"not the absolute times).\nEvery Python thread is profiled (caller, fetch threads, coordinator, "
+        f"reader); the threads' times add up, so waits (queue.get, consume) show as large cumulative "
+        f"entries.\n\n=== top {top} by cumulative time, the source's own code (multicluster_source) ===\n"
     )
     stats.sort_stats("cumulative").print_stats(r"multicluster_source", top)
     out.write(f"\n=== top {top} by own (total) time, everything ===\n")
@@ -337,52 +355,12 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def run(
-    clusters: Sequence[Cluster],
-    *,
-    records: int = DEFAULT_RECORDS,
-    repeats: int = 3,
-    brokers: str = "kafka",
-    profile: bool = False,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Produce, measure a-b-c-d ``repeats`` times alternating, and return the JSON-ready result."""
-    started = time.perf_counter()
-    log(f"throughput: producing {records:,} records on {len(clusters)} cluster(s)...")
-    t0 = time.perf_counter()
-    dataset = prepare(clusters, records)
-    produce_s = time.perf_counter() - t0
-    log(f"throughput: produced in {produce_s:.1f} s ({records / produce_s:,.0f} records/s)")
-    runs: dict[str, list[Measurement]] = {k: [] for k in KINDS}
-    for rep in range(repeats):
-        for kind in KINDS:
-            m = RUNNERS[kind](dataset)
-            if m.records != dataset.total:
-                log(f"  note: {kind} returned {m.records} records for {dataset.total} produced")
-            runs[kind].append(m)
-            log(
-                f"  run {rep + 1}/{repeats} {kind:<9} {m.rate:>12,.0f} records/s ({m.seconds:.2f} s, first "
-                f"record after {m.first_record_s or 0.0:.3f} s, {m.steady_rate:,.0f}/s from then)"
-            )
+def _variant_result(props: Mapping[str, str], runs: dict[str, list[Measurement]]) -> dict[str, Any]:
     summary = {kind: _summary([m.rate for m in runs[kind]]) for kind in KINDS}
     steady = {kind: _summary([m.steady_rate for m in runs[kind]]) for kind in KINDS}
     firsts = {kind: _summary([m.first_record_s or 0.0 for m in runs[kind]]) for kind in KINDS}
-    result: dict[str, Any] = {
-        "benchmark": "throughput",
-        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine_info(brokers),
-        "config": {
-            "records": dataset.total,
-            "clusters": len(clusters),
-            "partitions_per_topic": PARTITIONS,
-            "value_bytes": VALUE_SIZE,
-            "repeats": repeats,
-            "order": list(KINDS),
-            "raw_consume": "consume(2000, 0.5), msg.value() on each",
-            "source_poll": "poll(timeout=0.5, max_records=10000), record.value on each",
-            "timed_from": "client creation / source.open() to the N-th record",
-        },
-        "produce_seconds": produce_s,
+    return {
+        "client_properties": dict(props),
         "records_per_second": summary,
         "records_per_second_from_first_record": steady,
         "first_record_seconds": firsts,
@@ -407,13 +385,66 @@ def run(
             for kind in KINDS
         },
     }
+
+
+def run(
+    clusters: Sequence[Cluster],
+    *,
+    records: int = DEFAULT_RECORDS,
+    repeats: int = 3,
+    variants: Sequence[str] = tuple(VARIANTS),
+    brokers: str = "kafka",
+    profile: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Produce, then measure a-b-c-d under each variant, ``repeats`` times alternating; the JSON result."""
+    started = time.perf_counter()
+    log(f"throughput: producing {records:,} records on {len(clusters)} cluster(s)...")
+    t0 = time.perf_counter()
+    dataset = prepare(clusters, records)
+    produce_s = time.perf_counter() - t0
+    log(f"throughput: produced in {produce_s:.1f} s ({records / produce_s:,.0f} records/s)")
+    runs: dict[str, dict[str, list[Measurement]]] = {v: {k: [] for k in KINDS} for v in variants}
+    for rep in range(repeats):
+        for variant in variants:
+            for kind in KINDS:
+                m = RUNNERS[kind](dataset, VARIANTS[variant])
+                if m.records != dataset.total:
+                    log(f"  note: {kind} returned {m.records} records for {dataset.total} produced")
+                runs[variant][kind].append(m)
+                log(
+                    f"  run {rep + 1}/{repeats} {variant:<12} {kind:<9} {m.rate:>11,.0f} records/s "
+                    f"({m.seconds:.2f} s; first record after {m.first_record_s or 0.0:.3f} s, "
+                    f"{m.steady_rate:,.0f}/s from then)"
+                )
+    result: dict[str, Any] = {
+        "benchmark": "throughput",
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(brokers),
+        "config": {
+            "records": dataset.total,
+            "clusters": len(clusters),
+            "partitions_per_topic": PARTITIONS,
+            "value_bytes": VALUE_SIZE,
+            "repeats": repeats,
+            "order": [f"{v}/{k}" for v in variants for k in KINDS],
+            "raw_consume": "consume(2000, 0.5) (never more than are left), msg.value() on each; "
+            "assigned at the low watermark",
+            "source_poll": "poll(timeout=0.5, max_records=10000), record.value on each",
+            "timed_from": "client creation / source.open() to the N-th record",
+            "labels": LABELS,
+        },
+        "produce_seconds": produce_s,
+        "variants": {v: _variant_result(VARIANTS[v], runs[v]) for v in variants},
+    }
     if profile:
-        log("throughput: profiling one source drain (parallelism=1)...")
-        text = profile_source(dataset)
+        variant = variants[-1]
+        log(f"throughput: profiling one source drain (parallelism=1, {variant})...")
+        text = profile_source(dataset, VARIANTS[variant])
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         path = RESULTS_DIR / "profile-throughput.txt"
         path.write_text(text)
-        result["profile"] = str(path.relative_to(RESULTS_DIR.parent.parent))
+        result["profile"] = {"variant": variant, "path": str(path.relative_to(RESULTS_DIR.parent.parent))}
     result["benchmark_seconds"] = time.perf_counter() - started
     return result
 
@@ -426,29 +457,40 @@ def _cell(stats: dict[str, float]) -> str:
     return f"{_k(stats['median'])} [{_k(stats['min'])}-{_k(stats['max'])}]"
 
 
+def table_rows(result: dict[str, Any]) -> list[tuple[str, int, str, str, str, float]]:
+    """(variant, readers, timed, raw cell, source cell, source/raw) for every line of the table."""
+    rows = []
+    for variant, vr in result["variants"].items():
+        for timed, key, prefix in (
+            ("open -> N-th", "records_per_second", ""),
+            ("1st -> N-th", "records_per_second_from_first_record", "steady_"),
+        ):
+            for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+                s = vr[key]
+                ratio = vr["ratios"][f"{prefix}source_over_raw_{suffix}"]
+                raw, src = _cell(s[f"raw-{readers}"]), _cell(s[f"source-{readers}"])
+                rows.append((variant, readers, timed, raw, src, ratio))
+    return rows
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The result as a plain-text table (records/s: median [min-max])."""
     cfg = result["config"]
-    r = result["ratios"]
     lines = [
         f"Throughput: {cfg['records']:,} records x {cfg['value_bytes']} B, {cfg['clusters']} cluster(s), "
         f"{cfg['partitions_per_topic']} partitions per topic, {cfg['repeats']} runs each "
         f"(records/s, median [min-max])",
-        f"{'readers':<8} {'timed':<19} {'raw confluent-kafka':>22} {'source':>22} {'source/raw':>10}",
+        f"{'variant':<13} {'readers':<7} {'timed':<13} {'raw confluent-kafka':>22} {'source':>22} "
+        f"{'source/raw':>10}",
     ]
-    for title, key, prefix in (
-        ("open -> N-th record", "records_per_second", ""),
-        ("1st -> N-th record", "records_per_second_from_first_record", "steady_"),
-    ):
-        s = result[key]
-        for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
-            raw, src = s[f"raw-{readers}"], s[f"source-{readers}"]
-            ratio = r[f"{prefix}source_over_raw_{suffix}"]
-            lines.append(f"{readers:<8} {title:<19} {_cell(raw):>22} {_cell(src):>22} {ratio:>10.2f}")
-    f = result["first_record_seconds"]
-    lines.append(
-        "first record after (median s): " + ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in KINDS)
-    )
+    for variant, readers, timed, raw, src, ratio in table_rows(result):
+        lines.append(f"{variant:<13} {readers:<7} {timed:<13} {raw:>22} {src:>22} {ratio:>10.2f}")
+    for variant, vr in result["variants"].items():
+        f = vr["first_record_seconds"]
+        lines.append(
+            f"first record after (median s), {variant}: "
+            + ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in KINDS)
+        )
     return "\n".join(lines)
 
 
@@ -464,18 +506,32 @@ def result_name(clusters: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description="Throughput: the source against raw confluent-kafka.")
     add_broker_argument(parser)
     parser.add_argument("--records", type=int, default=None, help=f"default {DEFAULT_RECORDS:,}")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS:,} records")
     parser.add_argument("--clusters", type=int, choices=(1, 2), default=1)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="also profile one source drain")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated client variants out of {', '.join(VARIANTS)} (default: all)",
+    )
+    parser.add_argument("--profile", action="store_true", help="also profile one source drain (last variant)")
     args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
     records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
     with started_clusters(args.brokers, args.clusters) as clusters:
         result = run(
-            clusters, records=records, repeats=args.repeats, brokers=args.brokers, profile=args.profile
+            clusters,
+            records=records,
+            repeats=args.repeats,
+            variants=variants,
+            brokers=args.brokers,
+            profile=args.profile,
         )
     print(format_table(result))
     print(f"written: {write_result(result, result_name(args.clusters))}")

@@ -11,6 +11,12 @@ from ._records import RawRecord, SourceRecord
 from ._source import MultiClusterKafkaSource, MultiClusterKafkaSourceBuilder
 from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor
 from ._stream import SourceStream
+from ._tracking import (
+    KafkaTopicStatusStore,
+    LocalTopicStatusStore,
+    TopicStatusStore,
+    TopicTrackingDisabledError,
+)
 from .exceptions import (
     CheckpointError,
     ConfigurationError,
@@ -27,11 +33,13 @@ from .metadata import (
     KafkaMetadataService,
     KafkaStream,
     KafkaStreamSubscriber,
+    KafkaTopicMetadataService,
     NotifyingMetadataService,
     StaticMetadataService,
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
+from .metadata._kafka_topic import KafkaTopicMetadataWriter, MetadataWriterFencedError
 
 __version__ = "0.1.0"
 
@@ -46,8 +54,13 @@ __all__ = [
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
+    "KafkaTopicMetadataService",
+    "KafkaTopicMetadataWriter",
+    "KafkaTopicStatusStore",
+    "LocalTopicStatusStore",
     "MetadataError",
     "MetadataValidationError",
+    "MetadataWriterFencedError",
     "MultiClusterKafkaSource",
     "MultiClusterKafkaSourceBuilder",
     "MultiClusterSourceError",
@@ -61,4 +74,6 @@ __all__ = [
     "StaticMetadataService",
     "StreamPatternSubscriber",
     "StreamSetSubscriber",
+    "TopicStatusStore",
+    "TopicTrackingDisabledError",
 ]

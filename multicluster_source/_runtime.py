@@ -324,6 +324,11 @@ class ReaderRunner:
         """This reader's rack."""
         return self._rack
 
+    @property
+    def alive(self) -> bool:
+        """Whether the reader's thread runs and the reader has not failed."""
+        return self._thread.is_alive() and self.failed is None
+
     def start(self, reader: SourceReader) -> None:
         """Start the thread running ``reader``."""
         self.reader = reader

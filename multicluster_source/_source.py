@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._events import SourceEvent
@@ -13,11 +15,19 @@ from ._framework import ReaderContext, SplitEnumeratorContext
 from ._offsets import OffsetsInitializer
 from ._options import SourceOptions, split_properties, validate_client_properties
 from ._records import RawRecord
+from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor, load_assignor
 from ._stream import SourceStream
+from ._tracking import (
+    InMemoryTopicStatusStore,
+    KafkaTopicStatusStore,
+    LocalTopicStatusStore,
+    TopicStatusStore,
+    TopicTracker,
+)
 from .enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
 from .enumerator._state import EnumeratorState
 from .exceptions import ConfigurationError
-from .metadata._model import KafkaMetadataService
+from .metadata._model import TOPIC_RE, KafkaMetadataService
 from .metadata._subscriber import KafkaStreamSubscriber, StreamPatternSubscriber, StreamSetSubscriber
 from .reader._fetcher import FetchSettings
 from .reader._multicluster import MultiClusterReader, ReaderSettings
@@ -28,6 +38,36 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 __all__ = ["MultiClusterKafkaSource", "MultiClusterKafkaSourceBuilder"]
 
 Deserializer = Callable[[RawRecord], Any]
+
+
+RackIdSupplier = Callable[[str, "str | None"], "str | None"]
+
+
+def default_rack_id(cluster_id: str, reader_rack: str | None) -> str | None:
+    """The default rack-id supplier: every cluster's ``client.rack`` is the reader's own rack."""
+    return reader_rack
+
+
+def _reader_racks(
+    racks: Mapping[int, str] | Sequence[str | None] | None, parallelism: int
+) -> dict[int, str | None]:
+    if racks is None:
+        return {}
+    items = dict(enumerate(racks)) if isinstance(racks, Sequence) and not isinstance(racks, str) else racks
+    if not isinstance(items, Mapping):
+        raise ConfigurationError("open(reader_racks=...): a mapping reader index -> rack, or a list of racks")
+    out: dict[int, str | None] = {}
+    for reader, rack in items.items():
+        if not isinstance(reader, int) or not 0 <= reader < parallelism:
+            raise ConfigurationError(
+                f"open(reader_racks=...): reader index {reader!r} is not in 0..{parallelism - 1}"
+            )
+        if rack is not None and (not isinstance(rack, str) or not rack):
+            raise ConfigurationError(
+                f"open(reader_racks=...): rack of reader {reader} must be a non-empty string"
+            )
+        out[reader] = rack
+    return out
 
 
 def _ms_to_s(ms: int) -> float | None:
@@ -62,8 +102,15 @@ class MultiClusterKafkaSource:
         options: SourceOptions,
         client_properties: Mapping[str, str],
         client_id_prefix: str,
+        topic_status_store: TopicStatusStore | None = None,
+        rack_id_supplier: RackIdSupplier | None = None,
+        standby_assignor: RackAwareStandbyAssignor | None = None,
     ) -> None:
         self.name = name
+        self.rack_id_supplier: RackIdSupplier = rack_id_supplier or default_rack_id
+        """``(cluster_id, reader_rack) -> client.rack`` for each reader's consumer of each cluster."""
+        self.standby_assignor = standby_assignor
+        """Places standbys when ``num.standby.replicas`` > 0 (default: DefaultRackAwareStandbyAssignor)."""
         self.metadata_service = metadata_service
         self.subscriber = subscriber
         self.group_id = group_id
@@ -73,6 +120,8 @@ class MultiClusterKafkaSource:
         self.options = options
         self.client_properties = dict(client_properties)
         self.client_id_prefix = client_id_prefix
+        self.topic_status_store = topic_status_store
+        """The store set on the builder; None: the default (see ``create_topic_tracker``)."""
 
     @staticmethod
     def builder() -> MultiClusterKafkaSourceBuilder:
@@ -90,12 +139,17 @@ class MultiClusterKafkaSource:
         *,
         checkpoint_dir: str | None = None,
         checkpoint_interval: float | None = None,
-        reader_racks: Mapping[int, str] | None = None,
+        reader_racks: Mapping[int, str] | Sequence[str | None] | None = None,
         admin_address: str | None = None,
         registry: Any = None,
+        admin_token: str | None = None,
     ) -> SourceStream:
         """Start reading with ``parallelism`` readers; restores from the newest checkpoint in
-        ``checkpoint_dir``. Raises :class:`MetadataError` when no good metadata can be read at start."""
+        ``checkpoint_dir``. Raises :class:`MetadataError` when no good metadata can be read at start.
+
+        ``admin_address`` (``"127.0.0.1:0"`` picks a free port) starts the admin HTTP server
+        (``SourceStream.admin_url``); an address that is not loopback needs ``admin_token``, a bearer token
+        every request but ``/health`` must carry."""
         if not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"open(parallelism=...): must be an int >= 1, got {parallelism!r}")
         if checkpoint_interval is not None:
@@ -105,10 +159,13 @@ class MultiClusterKafkaSource:
                 raise ConfigurationError(
                     f"open(checkpoint_interval=...): must be > 0 seconds, got {checkpoint_interval!r}"
                 )
-        if reader_racks is not None or admin_address is not None:
+        racks = _reader_racks(reader_racks, parallelism)
+        if self.options.num_standby_replicas > 0 and len(set(racks.values())) < 2:
             _log.warning(
-                "source=%s: reader_racks and admin_address are accepted but not used by this version",
+                "source=%s: num.standby.replicas=%d but readers are not spread over two racks or more; "
+                "standbys share their active's rack",
                 self.name,
+                self.options.num_standby_replicas,
             )
         return SourceStream(
             self,
@@ -116,6 +173,9 @@ class MultiClusterKafkaSource:
             checkpoint_dir=checkpoint_dir,
             checkpoint_interval=checkpoint_interval,
             registry=registry,
+            admin_address=admin_address,
+            admin_token=admin_token,
+            reader_racks=racks,
         )
 
     # ---------------------------------------------------------------- factories used by the runtime
@@ -126,8 +186,10 @@ class MultiClusterKafkaSource:
         restored: dict[str, Any] | None,
         positions: dict[str, int] | None,
         metrics: Any,
+        subscriber: KafkaStreamSubscriber | None = None,
     ) -> MultiClusterEnumerator:
-        """The multi-cluster enumerator, restored from a checkpoint's state when given."""
+        """The multi-cluster enumerator, restored from a checkpoint's state when given (``subscriber``
+        replaces the source's own, e.g. with a wrapper that records what it returned)."""
         opts = self.options
         state = None
         if restored is not None:
@@ -135,7 +197,7 @@ class MultiClusterKafkaSource:
         settings = EnumeratorSettings(
             source_name=self.name,
             service=self.metadata_service,
-            subscriber=self.subscriber,
+            subscriber=subscriber or self.subscriber,
             group_id=self.group_id,
             starting=self.starting,
             stopping=self.stopping,
@@ -151,11 +213,19 @@ class MultiClusterKafkaSource:
             mode=opts.enumerator_mode,
             metrics=metrics,
             debounce_s=opts.metadata_change_debounce_ms / 1000.0,
+            num_standby=opts.num_standby_replicas,
+            standby_assignor=self.standby_assignor,
         )
         return MultiClusterEnumerator(context, settings, state)
 
-    def create_reader(self, context: ReaderContext, metrics: Any) -> MultiClusterReader:
-        """A reader for the runtime slot ``context``."""
+    def create_reader(
+        self,
+        context: ReaderContext,
+        metrics: Any,
+        on_topic_read: Callable[[str, str, int], None] | None = None,
+    ) -> MultiClusterReader:
+        """A reader for the runtime slot ``context``; ``on_topic_read(cluster, topic, reader)`` is called
+        from fetch threads after each batch handed on, once per topic in it (topic tracking)."""
         fetch = FetchSettings(
             source_name=self.name,
             reader_index=context.index,
@@ -163,6 +233,7 @@ class MultiClusterKafkaSource:
             error_policy=self.options.deserialization_error_policy,
             batch_max_records=self.options.reader_batch_max_records,
             metrics=metrics,
+            on_topic_read=on_topic_read,
         )
         settings = ReaderSettings(
             group_id=self.group_id or f"{self.name}-no-group",
@@ -170,8 +241,27 @@ class MultiClusterKafkaSource:
             client_id_prefix=self.client_id_prefix,
             bounded=self.bounded,
             fetch=fetch,
+            rack=context.rack,
+            rack_id_supplier=self.rack_id_supplier,
         )
         return MultiClusterReader(context, settings)
+
+    def create_topic_tracker(self, checkpoint_dir: str | os.PathLike[str] | None) -> TopicTracker:
+        """The topic tracker of one run: the store set on the builder, else a file
+        ``<checkpoint_dir>/topic-status.jsonl``, else memory (then the history lives as long as the stream).
+        """
+        store = self.topic_status_store
+        if store is None:
+            if checkpoint_dir is not None:
+                store = LocalTopicStatusStore(Path(checkpoint_dir) / "topic-status.jsonl")
+            else:
+                store = InMemoryTopicStatusStore()
+        return TopicTracker(
+            self.name,
+            store,
+            enabled=self.options.topic_tracking_enable,
+            allow_reset=self.options.topic_tracking_allow_reset,
+        )
 
     def handles(self, event: SourceEvent) -> bool:
         """Whether ``event`` is one of this source's events (for runtimes routing events)."""
@@ -192,6 +282,26 @@ class MultiClusterKafkaSourceBuilder:
         self._properties: dict[str, str] = {}
         self._client_id_prefix: str | None = None
         self._name: str | None = None
+        self._topic_store: TopicStatusStore | None = None
+        self._rack_id_supplier: RackIdSupplier | None = None
+        self._standby_assignor: RackAwareStandbyAssignor | None = None
+        self._topic_store_setter: str | None = None
+
+    def set_rack_id_supplier(self, supplier: RackIdSupplier) -> MultiClusterKafkaSourceBuilder:
+        """``supplier(cluster_id, reader_rack) -> str | None``: the ``client.rack`` a reader's consumer of a
+        cluster announces (rack names differ between clusters); default: the reader's own rack. Set only
+        when non-empty, and a cluster's own ``client.rack`` property wins."""
+        if not callable(supplier):
+            raise ConfigurationError("set_rack_id_supplier(): needs a callable(cluster_id, reader_rack)")
+        self._rack_id_supplier = supplier
+        return self
+
+    def set_standby_assignor(self, assignor: RackAwareStandbyAssignor) -> MultiClusterKafkaSourceBuilder:
+        """Places standby readers (``num.standby.replicas``); default: DefaultRackAwareStandbyAssignor."""
+        if not callable(getattr(assignor, "assign_standbys", None)):
+            raise ConfigurationError("set_standby_assignor(): needs an object with assign_standbys()")
+        self._standby_assignor = assignor
+        return self
 
     def set_kafka_metadata_service(self, service: KafkaMetadataService) -> MultiClusterKafkaSourceBuilder:
         """Where stream metadata comes from."""
@@ -280,6 +390,41 @@ class MultiClusterKafkaSourceBuilder:
         self._client_id_prefix = prefix
         return self
 
+    def set_topic_tracking_store(self, store: TopicStatusStore) -> MultiClusterKafkaSourceBuilder:
+        """Where topic tracking records which (cluster, topic) pairs the source read (KIP-558).
+
+        Default: a file ``topic-status.jsonl`` in ``checkpoint_dir``, or memory without one. Any object with
+        ``describe``, ``load``, ``append`` and ``close`` (the ``TopicStatusStore`` protocol) works.
+        """
+        if not isinstance(store, TopicStatusStore):
+            raise ConfigurationError(
+                "set_topic_tracking_store(): needs a TopicStatusStore (describe, load, append, close)"
+            )
+        return self._set_topic_store("set_topic_tracking_store", store)
+
+    def set_topic_tracking_topic(
+        self, bootstrap_servers: str, topic: str, client_properties: Mapping[str, str] | None = None
+    ) -> MultiClusterKafkaSourceBuilder:
+        """Record topic tracking in a compacted ``topic`` on the cluster at ``bootstrap_servers`` (created
+        with one partition if absent); ``client_properties`` (security, ...) may use placeholders."""
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise ConfigurationError("set_topic_tracking_topic(): bootstrap_servers must not be empty")
+        if not isinstance(topic, str) or not TOPIC_RE.match(topic) or topic in (".", ".."):
+            raise ConfigurationError(f"set_topic_tracking_topic(): {topic!r} is not a valid topic name")
+        props = dict(client_properties or {})
+        validate_client_properties(props, where="set_topic_tracking_topic")
+        store = KafkaTopicStatusStore(bootstrap_servers.strip(), topic, props)
+        return self._set_topic_store("set_topic_tracking_topic", store)
+
+    def _set_topic_store(self, setter: str, store: TopicStatusStore) -> MultiClusterKafkaSourceBuilder:
+        if self._topic_store_setter is not None and self._topic_store_setter != setter:
+            raise ConfigurationError(
+                f"{setter}() conflicts with {self._topic_store_setter}(): a source has one topic status store"
+            )
+        self._topic_store = store
+        self._topic_store_setter = setter
+        return self
+
     def set_name(self, name: str) -> MultiClusterKafkaSourceBuilder:
         """Names the source in REST paths, logs, metrics and checkpoints ([A-Za-z0-9._-])."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -321,4 +466,20 @@ class MultiClusterKafkaSourceBuilder:
             options=options,
             client_properties=client_props,
             client_id_prefix=self._client_id_prefix or name,
+            topic_status_store=self._topic_store,
+            rack_id_supplier=self._rack_id_supplier,
+            standby_assignor=self._standby(options),
         )
+
+    def _standby(self, options: SourceOptions) -> RackAwareStandbyAssignor | None:
+        if self._standby_assignor is not None:
+            if options.standby_assignor:
+                raise ConfigurationError(
+                    "set_standby_assignor() conflicts with the property 'standby.assignor': set one"
+                )
+            return self._standby_assignor
+        if options.standby_assignor:
+            return load_assignor(options.standby_assignor)
+        if options.num_standby_replicas > 0:
+            return DefaultRackAwareStandbyAssignor(options.num_standby_replicas)
+        return None

@@ -5,18 +5,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._admin import AdminServer, RecordingSubscriber, check_admin_address, lag_rows
 from ._checkpoint import CheckpointStore
 from ._framework import RecordBatch
 from ._metrics import SourceMetrics
+from ._options import _SECRET_WORDS
 from ._records import SourceRecord
 from ._runtime import Coordinator, Handoff, PositionTracker, ReaderRunner
 from .exceptions import MultiClusterSourceError, SourceFailedError
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from ._source import MultiClusterKafkaSource
 
 _log = logging.getLogger("multicluster_source")
@@ -38,7 +42,12 @@ class SourceStream:
         checkpoint_dir: str | None,
         checkpoint_interval: float | None,
         registry: Any,
+        admin_address: str | None = None,
+        admin_token: str | None = None,
+        reader_racks: Mapping[int, str | None] | None = None,
     ) -> None:
+        if admin_address is not None:
+            check_admin_address(admin_address, admin_token)  # refuse before anything starts
         self._source = source
         self._name = source.name
         self._parallelism = parallelism
@@ -53,6 +62,9 @@ class SourceStream:
         self._last_checkpoint = time.monotonic()
         self.restored_from: str | None = None
         self._metrics = SourceMetrics(registry, self._name)
+        self._admin: AdminServer | None = None
+        self._streams = RecordingSubscriber(source.subscriber)
+        self._topics = source.create_topic_tracker(checkpoint_dir)
         restored = self._store.latest() if self._store is not None else None
         if restored is not None:
             self._checkpoint_id = restored.checkpoint_id
@@ -61,12 +73,24 @@ class SourceStream:
         self._tracker = PositionTracker(restored.positions if restored else None)
         self._handoff = Handoff(source.options.reader_buffer_max_batches)
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
+        racks = dict(reader_racks or {})
+        self._coordinator.racks = racks
         self._readers = [
-            ReaderRunner(i, self._name, self._coordinator, self._handoff, self._fail)
+            ReaderRunner(
+                i,
+                self._name,
+                self._coordinator,
+                self._handoff,
+                self._fail,
+                on_reader_failed=self._reader_failed,
+                rack=racks.get(i),
+            )
             for i in range(parallelism)
         ]
+        self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
         self._coordinator.readers = self._readers
         try:
+            self._start_topic_tracking()
             self._coordinator.start()
             enumerator = self._coordinator.call_sync(
                 lambda: source.create_enumerator(
@@ -74,16 +98,34 @@ class SourceStream:
                     restored.enumerator if restored else None,
                     restored.positions if restored else None,
                     self._metrics,
+                    self._streams,
                 )
             )
             self._enumerator = enumerator
             self._coordinator.enumerator = enumerator
             self._coordinator.call_sync(enumerator.start)
+            self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
+            on_topic_read = self._topics.record if self._topics.enabled else None
             for runner in self._readers:
-                runner.start(source.create_reader(runner, self._metrics))
+                runner.start(source.create_reader(runner, self._metrics, on_topic_read))
+            if admin_address is not None:
+                self._admin = AdminServer(
+                    admin_address, {self._name: self}, token=admin_token, source_name=self._name
+                ).start()
         except BaseException:
             self.close()
             raise
+
+    def _start_topic_tracking(self) -> None:
+        try:
+            self._topics.start()
+        except MultiClusterSourceError:
+            raise
+        except Exception as exc:
+            raise MultiClusterSourceError(
+                f"source {self._name}: topic tracking store {self._topics.store.describe()} could not be "
+                f"loaded: {exc}"
+            ) from exc
 
     # ---------------------------------------------------------------------------------------- failures
 
@@ -94,6 +136,34 @@ class SourceStream:
             self._error = error
         _log.error("source=%s: failed: %s", self._name, error)
         self._handoff.closed.set()
+
+    def _reader_failed(self, index: int, error: BaseException) -> None:
+        """A reader failed (any thread): the enumerator moves its splits; its thread is stopped aside."""
+        if self._closed:
+            return
+        if all(r.failed is not None for r in self._readers):
+            failure = SourceFailedError(f"source {self._name}: every reader failed; the last: {error}")
+            failure.__cause__ = error
+            self._fail(failure)
+        self._coordinator.reader_lost(index)
+        runner = self._readers[index]
+        threading.Thread(target=runner.stop, name=f"mcs-reaper-{self._name}-{index}", daemon=True).start()
+
+    def _watch_heartbeats(self) -> None:
+        """Coordinator timer: a reader whose thread has not looped for the heartbeat timeout is failed."""
+        if self._closed:
+            return
+        now = time.monotonic()
+        for runner in self._readers:
+            if runner.failed is None and runner.reader is not None and not runner.finished.is_set():
+                silent = now - runner.last_beat
+                if silent > self._heartbeat_s:
+                    runner.reader_failed(TimeoutError(f"no heartbeat for {silent:.1f} s"))
+        self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
+
+    def kill_reader(self, index: int) -> None:
+        """Make reader ``index`` fail as if its thread died (for testing failover; chaos tooling)."""
+        self._readers[index].kill()
 
     def _raise_if_failed(self) -> None:
         error = self._error
@@ -155,8 +225,10 @@ class SourceStream:
         """Bounded and every split reached its stopping offset, with every record returned."""
         if self._source.stopping is None:
             return False
+        enumerator = getattr(self, "_enumerator", None)
         return (
-            all(r.finished.is_set() for r in self._readers)
+            enumerator is not None
+            and enumerator.is_finished()
             and self._pending_batch is None
             and self._handoff.empty()
         )
@@ -168,8 +240,13 @@ class SourceStream:
 
     @property
     def admin_url(self) -> str | None:
-        """Base URL of the admin HTTP server (none in this version)."""
-        return None
+        """Base URL (``http://host:port``) of the admin HTTP server, when ``open(admin_address=...)``."""
+        return self._admin.url if self._admin is not None else None
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The Prometheus registry this stream's metrics are in."""
+        return self._metrics.registry
 
     def assignments(self) -> dict[int, list[str]]:
         """Reader index -> split ids it reads now."""
@@ -177,14 +254,146 @@ class SourceStream:
         for runner in self._readers:
             reader = runner.reader
             split_ids = getattr(reader, "split_ids", None)
-            out[runner.index] = list(split_ids()) if callable(split_ids) else []
+            alive = runner.failed is None
+            out[runner.index] = list(split_ids()) if callable(split_ids) and alive else []
         return out
 
+    # ------------------------------------------------------------------------------ topics and status
+
+    def tracked_topics(self) -> dict[str, list[str]]:
+        """Cluster id -> topics this source has read records from (topic tracking, KIP-558), since the
+        last reset. Raises :class:`TopicTrackingDisabledError` with ``topic.tracking.enable=false``."""
+        return self._topics.active()
+
+    def reset_tracked_topics(self) -> int:
+        """Tombstone every tracked topic; those still read are recorded again as records arrive.
+
+        Raises :class:`TopicTrackingDisabledError` when tracking or ``topic.tracking.allow.reset`` is
+        disabled. Returns the number of topics reset (their tombstones are written in the background).
+        """
+        return self._topics.reset()
+
+    def _enumerator_status(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        status = getattr(getattr(self, "_enumerator", None), "status", None)
+        if self._closed or not callable(status):
+            return None
+        try:
+            result = self._coordinator.call_sync(status, timeout=timeout)
+        except Exception:
+            return None
+        return dict(result) if isinstance(result, dict) else None
+
+    def _reader_alive(self, runner: ReaderRunner) -> bool:
+        return runner.alive
+
+    def health(self) -> dict[str, Any]:
+        """``{"status": "ready"}`` when metadata is loaded and every reader thread runs, else
+        ``{"status": "not_ready", "reasons": [...]}``."""
+        reasons: list[str] = []
+        if self._closed:
+            reasons.append("the stream is closed")
+        if self._error is not None:
+            reasons.append(f"the source failed: {type(self._error).__name__}: {self._error}")
+        if not self._closed:
+            enum = self._enumerator_status()
+            if enum is None:
+                reasons.append("the enumerator did not answer within 5 s")
+            elif int(enum.get("metadata_version", 0)) < 1:
+                reasons.append("stream metadata is not loaded yet")
+            reasons += [
+                f"reader {r.index} is not running" for r in self._readers if not self._reader_alive(r)
+            ]
+        if reasons:
+            return {"status": "not_ready", "reasons": reasons}
+        return {"status": "ready", "reasons": []}
+
     def status(self) -> dict[str, Any]:
-        """A JSON-ready view: enumerator state, readers, last reconciliation."""
-        status = getattr(self._enumerator, "status", None)
-        enum = self._coordinator.call_sync(status) if callable(status) else {}
-        return {"source": self._name, "enumerator": enum, "readers": self.assignments()}
+        """A JSON-ready view for the admin server: health, streams, clusters (servers and topics, never
+        properties), splits per reader, lag per partition, last reconciliation, metadata failures, topic
+        tracking. ``enumerator`` holds the enumerator's own view."""
+        enum = self._enumerator_status() or {}
+        health = self.health()
+        clusters_md: dict[str, Any] = enum.get("clusters", {})
+        assignments = self.assignments()
+        per_cluster: dict[str, int] = {}
+        for split_ids in assignments.values():
+            for sid in split_ids:
+                cid = sid.rsplit("/", 2)[0]
+                per_cluster[cid] = per_cluster.get(cid, 0) + 1
+        clusters = {
+            cid: {
+                "bootstrap_servers": md.get("bootstrap_servers"),
+                "topics": list(md.get("topics", [])),
+                "assigned_splits": per_cluster.get(cid, 0),
+            }
+            for cid, md in clusters_md.items()
+        }
+        streams = {
+            s.stream_id: {cid: sorted(c.topics) for cid, c in sorted(s.clusters.items())}
+            for s in self._streams.last
+        }
+        tracking: dict[str, Any] = {
+            "enabled": self._topics.enabled,
+            "allow_reset": self._topics.allow_reset,
+            "store": self._topics.store.describe() if self._topics.enabled else None,
+            "topics": self._topics.active() if self._topics.enabled else {},
+        }
+        registry = self._metrics.registry
+        failures_total = registry.get_sample_value("multicluster_source_metadata_failures_total")
+        if self._closed:
+            state = "closed"
+        elif self._error is not None:
+            state = "failed"
+        elif self.finished:
+            state = "finished"
+        else:
+            state = "running"
+        return {
+            "source": self._name,
+            "state": state,
+            "health": health,
+            "parallelism": self._parallelism,
+            "streams": streams,
+            "clusters": clusters,
+            "readers": {str(r.index): self._reader_status(r, assignments) for r in self._readers},
+            "placement": enum.get("placement", {}),
+            "failovers": enum.get("failovers", []),
+            "lag": lag_rows(self._metrics.registry, {cid: c["topics"] for cid, c in clusters.items()}),
+            "last_reconciliation": enum.get("last_reconciliation"),
+            "metadata": {
+                "version": enum.get("metadata_version"),
+                "failures_in_a_row": enum.get("metadata_failures_in_a_row"),
+                "failures_total": None if failures_total is None else int(failures_total),
+                "retained_splits": len(enum.get("retained", [])),
+            },
+            "tracking": tracking,
+            "checkpoint": {"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
+            "enumerator": enum,
+        }
+
+    def _reader_status(self, runner: ReaderRunner, assignments: dict[int, list[str]]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "alive": runner.alive,
+            "rack": runner.rack,
+            "splits": assignments.get(runner.index, []),
+        }
+        if runner.failed is not None:
+            out["failed"] = f"{type(runner.failed).__name__}: {runner.failed}"
+        detail = getattr(runner.reader, "status", None)
+        if callable(detail) and runner.failed is None:
+            info = detail()
+            out["standby"] = info.get("standby", [])
+            out["fetching_from"] = info.get("fetching_from", {})
+        return out
+
+    def secret_values(self) -> set[str]:
+        """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin
+        server can make sure none appears in an answer."""
+        props: list[tuple[str, str]] = list(self._source.client_properties.items())
+        for s in self._streams.last:
+            for cluster in s.clusters.values():
+                props.extend(cluster.properties.items())
+        return {v for k, v in props if v and any(w in k.lower() for w in _SECRET_WORDS)}
 
     # -------------------------------------------------------------------------------------- checkpoints
 
@@ -215,11 +424,17 @@ class SourceStream:
 
     # ------------------------------------------------------------------------------------------- closing
 
-    def close(self) -> None:
-        """Stop readers and the enumerator, close every client, release metrics. Idempotent."""
+    def close(self, *, forget_topics: bool = False) -> None:
+        """Stop the admin server, readers and the enumerator, close every client, release metrics.
+
+        ``forget_topics=True`` closes the source for good: its topic tracking history is erased
+        (tombstones), even when ``topic.tracking.allow.reset`` is false. Idempotent.
+        """
         if self._closed:
             return
         self._closed = True
+        if self._admin is not None:
+            self._admin.close()
         self._handoff.closed.set()
         for runner in getattr(self, "_readers", []):
             if runner.reader is not None:
@@ -235,6 +450,13 @@ class SourceStream:
             self._source.metadata_service.close()
         except Exception:
             _log.exception("source=%s: metadata service close failed", self._name)
+        if forget_topics:
+            try:
+                n = self._topics.forget()
+                _log.info("source=%s: closed for good; %d tracked topics forgotten", self._name, n)
+            except Exception:
+                _log.exception("source=%s: forgetting the topic history failed", self._name)
+        self._topics.close()
         self._metrics.close()
 
     def __enter__(self) -> SourceStream:

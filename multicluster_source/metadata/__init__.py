@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from multicluster_source.metadata._configmap import ConfigMapMetadataService
 from multicluster_source.metadata._file import FileMetadataService
+from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataService
 from multicluster_source.metadata._model import (
     ClusterMetadata,
     KafkaMetadataService,
@@ -37,6 +38,7 @@ __all__ = [
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
+    "KafkaTopicMetadataService",
     "MetadataListener",
     "NotifyingMetadataService",
     "StaticMetadataService",

@@ -218,7 +218,8 @@ class MultiClusterReader:
             if cid not in new or not old.get(cid, new[cid]).same_connection(new[cid]):
                 self._close_warm(cid)
         for cid in sorted(set(self._fetchers) - set(new)):
-            self._fetchers.pop(cid).stop()
+            self._fetchers[cid].stop()  # stays visible in assignments() until it has really stopped
+            del self._fetchers[cid]
             self._s.fetch.metrics.remove_cluster(cid)
             _log.info("reader=%d cluster=%s: cluster removed; its fetcher is closed", self.index, cid)
         for cid in sorted(set(self._fetchers) & set(new)):

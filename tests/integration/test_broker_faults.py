@@ -9,6 +9,7 @@ import pytest
 
 from harness.kafka import Cluster
 from harness.scenario import builder, cluster_md, drain, settle, stream
+from multicluster_source import SourceRecord
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +33,13 @@ def test_stopped_broker_other_cluster_keeps_flowing_then_resumes(
         # While flaky is down, the steady cluster delivers every record within seconds of its production.
         for i in range(5):
             kafka_cluster.produce(te, [f"steady-{i}".encode()])
-            arrived = drain(
-                s, 0, timeout=10, until=lambda g, i=i: any(r.value == f"steady-{i}".encode() for r in g)
-            )
-            assert any(r.value == f"steady-{i}".encode() for r in arrived), f"steady-{i} did not arrive"
+            wanted = f"steady-{i}".encode()
+
+            def arrived_now(g: list[SourceRecord], wanted: bytes = wanted) -> bool:
+                return any(r.value == wanted for r in g)
+
+            arrived = drain(s, 0, timeout=10, until=arrived_now)
+            assert arrived_now(arrived), f"steady-{i} did not arrive"
             got += arrived
             time.sleep(0.5)
         flaky.start_node(0)

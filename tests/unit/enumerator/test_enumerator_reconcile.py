@@ -33,7 +33,9 @@ class FakeAdmin:
     def list_topics(self, timeout: float) -> Any:
         return SimpleNamespace(
             topics={
-                t: SimpleNamespace(error=None, partitions={p: SimpleNamespace(leader=p % 3) for p in range(n)})
+                t: SimpleNamespace(
+                    error=None, partitions={p: SimpleNamespace(leader=p % 3) for p in range(n)}
+                )
                 for t, n in self.topics.items()
             }
         )

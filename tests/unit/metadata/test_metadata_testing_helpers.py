@@ -108,6 +108,7 @@ def test_public_names_are_pinned():
         "KafkaMetadataService",
         "KafkaStream",
         "KafkaStreamSubscriber",
+        "KafkaTopicMetadataService",
         "MetadataListener",
         "NotifyingMetadataService",
         "StaticMetadataService",

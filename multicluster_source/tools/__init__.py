@@ -1,0 +1,5 @@
+"""Command-line tools shipped with multicluster_source.
+
+- ``python -m multicluster_source.tools.publish_metadata``: publish a metadata file into the metadata topic
+  read by :class:`~multicluster_source.metadata.KafkaTopicMetadataService`.
+"""

@@ -1,0 +1,326 @@
+"""The admin HTTP server against a fake source, with a real HTTP client (urllib)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from multicluster_source._admin import (
+    AdminServer,
+    check_admin_address,
+    lag_rows,
+    parse_admin_address,
+    render_status_page,
+)
+from multicluster_source._metrics import SourceMetrics
+from multicluster_source._tracking import (
+    RESET_DISABLED,
+    TRACKING_DISABLED,
+    InMemoryTopicStatusStore,
+    TopicTracker,
+)
+from multicluster_source.exceptions import ConfigurationError
+
+SECRET = "hunter2-very-secret"
+
+
+class FakeSource:
+    """What SourceStream offers the admin server, with a status that (wrongly) leaks a secret."""
+
+    def __init__(self, *, enabled: bool = True, allow_reset: bool = True) -> None:
+        self.name = "billing"
+        self.metrics_registry = CollectorRegistry()
+        self.metrics = SourceMetrics(self.metrics_registry, "billing")
+        self.metrics.set_offsets("east", "orders", 0, current=40, lag=7, committed=30)
+        self.metrics.set_offsets("east", "other-source-topic", 0, current=1, lag=1)
+        self.metrics.record_consumed("east", "orders", 40, 400)
+        self.tracker = TopicTracker(
+            "billing", InMemoryTopicStatusStore(), enabled=enabled, allow_reset=allow_reset
+        )
+        self.tracker.start()
+        self.tracker.record("east", "orders", 0)
+        self.ready = True
+        self.resets = 0
+
+    def tracked_topics(self) -> dict[str, list[str]]:
+        return self.tracker.active()
+
+    def reset_tracked_topics(self) -> int:
+        self.resets += 1
+        return self.tracker.reset()
+
+    def health(self) -> dict[str, Any]:
+        if self.ready:
+            return {"status": "ready", "reasons": []}
+        return {"status": "not_ready", "reasons": ["reader 1 is not running"]}
+
+    def status(self) -> dict[str, Any]:
+        clusters = {"east": {"bootstrap_servers": "east-1:9092", "topics": ["orders"], "assigned_splits": 1}}
+        return {
+            "source": self.name,
+            "state": "running",
+            "health": self.health(),
+            "parallelism": 2,
+            "streams": {"orders": {"east": ["orders"]}},
+            "clusters": clusters,
+            "readers": {
+                "0": {"alive": True, "splits": ["east/orders/0"]},
+                "1": {"alive": True, "splits": []},
+            },
+            "lag": lag_rows(self.metrics_registry, {"east": ["orders"]}),
+            "last_reconciliation": {
+                "version": 2,
+                "at_ms": 1_700_000_000_000,
+                "added": ["east"],
+                "removed": ["west"],
+                "reconnected": [],
+                "topics_changed": [],
+                "splits_retired": 3,
+            },
+            "metadata": {"version": 2, "failures_in_a_row": 0, "failures_total": 1.0, "retained_splits": 3},
+            "tracking": {
+                "enabled": True,
+                "allow_reset": True,
+                "store": "memory",
+                "topics": {"east": ["orders"]},
+            },
+            "checkpoint": {"last_id": None, "restored_from": None},
+            # A bug that must not leak: the safety net masks it.
+            "debug": {"sasl.password": SECRET, "jaas": f"password='{SECRET}'"},
+        }
+
+    def secret_values(self) -> set[str]:
+        return {SECRET}
+
+    def close(self) -> None:
+        self.tracker.close()
+        self.metrics.close()
+
+
+@pytest.fixture
+def source() -> Iterator[FakeSource]:
+    fake = FakeSource()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def server(source: FakeSource) -> Iterator[AdminServer]:
+    srv = AdminServer("127.0.0.1:0", {"billing": source}, source_name="billing").start()
+    yield srv
+    srv.close()
+
+
+def call(url: str, method: str = "GET", token: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, method=method)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+
+# ------------------------------------------------------------------------------------------ endpoints
+
+
+def test_get_topics(server: AdminServer) -> None:
+    status, headers, body = call(f"{server.url}/sources/billing/topics")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert json.loads(body) == {"billing": {"topics": {"east": ["orders"]}}}
+
+
+def test_reset_is_202_and_empties_topics(server: AdminServer, source: FakeSource) -> None:
+    status, _, body = call(f"{server.url}/sources/billing/topics/reset", "PUT")
+    assert status == 202 and body == b""
+    assert source.resets == 1
+    assert json.loads(call(f"{server.url}/sources/billing/topics")[2]) == {"billing": {"topics": {}}}
+
+
+def test_unknown_source_is_404(server: AdminServer) -> None:
+    for method, path in (("GET", "/sources/nope/topics"), ("PUT", "/sources/nope/topics/reset")):
+        status, _, body = call(server.url + path, method)
+        assert status == 404
+        assert json.loads(body) == {"error_code": 404, "message": "unknown source 'nope'"}
+    assert call(f"{server.url}/nothing/here")[0] == 404
+
+
+def test_wrong_method_is_405(server: AdminServer) -> None:
+    status, headers, _ = call(f"{server.url}/sources/billing/topics/reset")
+    assert status == 405 and headers["Allow"] == "PUT"
+    status, headers, _ = call(f"{server.url}/sources/billing/topics", "PUT")
+    assert status == 405 and headers["Allow"] == "GET"
+    assert call(f"{server.url}/status", "DELETE")[0] == 405
+
+
+@pytest.mark.parametrize(
+    ("enabled", "allow_reset", "get_status", "reset_message"),
+    [(False, True, 403, TRACKING_DISABLED), (True, False, 200, RESET_DISABLED)],
+)
+def test_disabled_tracking_and_reset_are_403(
+    enabled: bool, allow_reset: bool, get_status: int, reset_message: str
+) -> None:
+    fake = FakeSource(enabled=enabled, allow_reset=allow_reset)
+    srv = AdminServer("127.0.0.1:0", {"billing": fake}).start()
+    try:
+        status, _, body = call(f"{srv.url}/sources/billing/topics")
+        assert status == get_status
+        if get_status == 403:
+            assert json.loads(body) == {"error_code": 403, "message": TRACKING_DISABLED}
+        status, _, body = call(f"{srv.url}/sources/billing/topics/reset", "PUT")
+        assert status == 403
+        assert json.loads(body) == {"error_code": 403, "message": reset_message}
+    finally:
+        srv.close()
+        fake.close()
+
+
+def test_metrics_is_prometheus_text(server: AdminServer) -> None:
+    status, headers, body = call(f"{server.url}/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    text = body.decode()
+    assert 'multicluster_source_records_consumed_total{cluster="east",topic="orders"} 40.0' in text
+    assert 'multicluster_source_records_lag{cluster="east",partition="0",topic="orders"} 7.0' in text
+
+
+def test_health_ready_and_not_ready(server: AdminServer, source: FakeSource) -> None:
+    status, _, body = call(f"{server.url}/health")
+    assert status == 200 and json.loads(body)["status"] == "ready"
+    source.ready = False
+    status, _, body = call(f"{server.url}/health")
+    assert status == 503
+    assert json.loads(body) == {"status": "not_ready", "reasons": ["reader 1 is not running"]}
+
+
+def test_status_json_has_the_parts_and_lag_of_this_source_only(server: AdminServer) -> None:
+    status, _, body = call(f"{server.url}/status")
+    assert status == 200
+    doc = json.loads(body)
+    assert doc["clusters"]["east"]["bootstrap_servers"] == "east-1:9092"
+    assert doc["readers"]["0"]["splits"] == ["east/orders/0"]
+    assert doc["lag"] == [
+        {
+            "cluster": "east",
+            "topic": "orders",
+            "partition": 0,
+            "current_offset": 40,
+            "lag": 7,
+            "committed_offset": 30,
+        }
+    ]
+    assert doc["last_reconciliation"]["removed"] == ["west"]
+
+
+def test_status_page_is_html_that_refreshes(server: AdminServer) -> None:
+    status, headers, body = call(f"{server.url}/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    page = body.decode()
+    assert '<meta http-equiv="refresh" content="2">' in page
+    assert '<tr data-cluster="east"' in page and "east-1:9092" in page
+    assert 'data-topic="orders" data-partition="0"' in page
+    assert '<td class="num lagging">7</td>' in page
+    assert "east/orders/0" in page
+
+
+def test_no_secret_in_any_answer(server: AdminServer) -> None:
+    for method, path in [
+        ("GET", "/"),
+        ("GET", "/status"),
+        ("GET", "/health"),
+        ("GET", "/metrics"),
+        ("GET", "/sources"),
+        ("GET", "/sources/billing/topics"),
+        ("PUT", "/sources/billing/topics/reset"),
+        ("GET", "/missing"),
+    ]:
+        _, headers, body = call(server.url + path, method)
+        assert SECRET.encode() not in body, path
+        assert SECRET not in json.dumps(headers), path
+    assert b"***" in call(f"{server.url}/status")[2]
+
+
+def test_page_escapes_html() -> None:
+    page = render_status_page([{"source": "<script>x</script>", "clusters": {"<b>": {"topics": ["a&b"]}}}])
+    assert "<script>x</script>" not in page and "&lt;script&gt;" in page and "a&amp;b" in page
+
+
+# ------------------------------------------------------------------------------------- binding and auth
+
+
+def test_token_is_required_except_for_health(source: FakeSource) -> None:
+    token = "s3cr3t-token-value"
+    srv = AdminServer("127.0.0.1:0", {"billing": source}, token=token).start()
+    try:
+        status, headers, body = call(f"{srv.url}/sources/billing/topics")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+        assert json.loads(body)["error_code"] == 401
+        assert call(f"{srv.url}/sources/billing/topics", token="wrong-token-value")[0] == 401
+        assert call(f"{srv.url}/sources/billing/topics", token=token)[0] == 200
+        assert call(f"{srv.url}/health")[0] == 200
+        assert token.encode() not in call(f"{srv.url}/status", token=token)[2]
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:0", "192.0.2.1:8080"])
+def test_non_loopback_needs_a_token(address: str) -> None:
+    with pytest.raises(ConfigurationError, match="admin_token"):
+        check_admin_address(address, None)
+    assert check_admin_address(address, "long-enough-token") == parse_admin_address(address)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "localhost:0", "[::1]:0"])
+def test_loopback_is_fine_without_token(address: str) -> None:
+    check_admin_address(address, None)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", ":80", "host:port", "a:b:1", "127.0.0.1:70000", ""])
+def test_bad_addresses(address: str) -> None:
+    with pytest.raises(ConfigurationError, match="host:port"):
+        parse_admin_address(address)
+
+
+def test_short_token_refused() -> None:
+    with pytest.raises(ConfigurationError, match="admin_token"):
+        check_admin_address("127.0.0.1:0", "short")
+
+
+def test_ipv6_loopback_serves(source: FakeSource) -> None:
+    try:
+        srv = AdminServer("[::1]:0", {"billing": source}).start()
+    except ConfigurationError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    try:
+        assert srv.url.startswith("http://[::1]:")
+        assert call(f"{srv.url}/health")[0] == 200
+    finally:
+        srv.close()
+
+
+def test_threads_are_named_and_stop(source: FakeSource) -> None:
+    srv = AdminServer("127.0.0.1:0", {"billing": source}, source_name="billing").start()
+    assert "mcs-admin-billing" in {t.name for t in threading.enumerate()}
+    for _ in range(5):
+        call(f"{srv.url}/status")
+    srv.close()
+    srv.close()  # idempotent
+    assert not [t for t in threading.enumerate() if t.name.startswith("mcs-admin-billing")]
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{srv.url}/health", timeout=2)
+
+
+def test_lag_rows_ignore_other_metrics() -> None:
+    registry = CollectorRegistry()
+    Counter("unrelated", "x", ["cluster", "topic", "partition"], registry=registry).labels(
+        "e", "t", "0"
+    ).inc()
+    assert lag_rows(registry, {"e": ["t"]}) == []
