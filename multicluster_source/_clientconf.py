@@ -47,3 +47,31 @@ def merge_stream_clusters(streams_clusters: list[ClusterMetadata]) -> dict[str, 
             cluster.cluster_id, seen.bootstrap_servers, seen.topics | cluster.topics, seen.properties
         )
     return merged
+
+
+# Consumer-only librdkafka properties: an admin client ignores them with a CONFWARN line each time it is
+# created, so the enumerator's admin clients do not get them.
+_CONSUMER_ONLY_PREFIXES = ("fetch.", "queued.", "enable.auto.", "auto.commit.", "group.", "consume.")
+_CONSUMER_ONLY_KEYS = frozenset(
+    {
+        "auto.offset.reset",
+        "isolation.level",
+        "check.crcs",
+        "partition.assignment.strategy",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "enable.partition.eof",
+        "coordinator.query.interval.ms",
+        "offset.store.method",
+    }
+)
+
+
+def admin_properties(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` without the consumer-only properties (for admin clients)."""
+    return {
+        k: v
+        for k, v in conf.items()
+        if k not in _CONSUMER_ONLY_KEYS and not k.startswith(_CONSUMER_ONLY_PREFIXES)
+    }

@@ -14,7 +14,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._clientconf import cluster_client_config, merge_stream_clusters
+from .._clientconf import admin_properties, cluster_client_config, merge_stream_clusters
 from .._events import (
     GetMetadataUpdateEvent,
     MetadataUpdateEvent,
@@ -286,10 +286,12 @@ class MultiClusterEnumerator:
         self._update_split_gauges()
 
     def _cluster_config(self, cluster: ClusterMetadata) -> ClusterEnumeratorConfig:
-        props = cluster_client_config(
-            cluster,
-            self._s.client_properties,
-            client_id=f"{self._s.client_id_prefix}-{cluster.cluster_id}-enumerator",
+        props = admin_properties(
+            cluster_client_config(
+                cluster,
+                self._s.client_properties,
+                client_id=f"{self._s.client_id_prefix}-{cluster.cluster_id}-enumerator",
+            )
         )
         return ClusterEnumeratorConfig(
             cluster=cluster,

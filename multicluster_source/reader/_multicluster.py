@@ -148,6 +148,9 @@ class MultiClusterReader:
         )
         conf.setdefault("auto.offset.reset", "earliest")
         conf.setdefault("queued.max.messages.kbytes", "16384")
+        # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (default 1 s) whenever its local
+        # queue is over the limit above; with a bounded hand-off that happens on every drain: keep it short.
+        conf.setdefault("fetch.queue.backoff.ms", "10")
         if self._s.rack_id_supplier is not None and "client.rack" not in conf:
             rack_id = self._s.rack_id_supplier(cid, self._s.rack)
             if rack_id:
