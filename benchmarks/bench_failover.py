@@ -14,12 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from _brokers import RESULTS_DIR, _harness, machine_info
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._brokers import RESULTS_DIR, _harness, machine_info
 from multicluster_source import (
     ClusterMetadata,
     KafkaStream,
@@ -120,20 +124,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
     }
     med = summary["seconds"]
-    print(
-        "failover: kill -> first record of the killed reader's only split of a cluster no other reader reads"
-    )
-    print(
-        f"  with standbys    median {med['standby']['median']:.3f} s  [{med['standby']['min']:.3f}-{med['standby']['max']:.3f}]"
-    )
-    print(
-        f"  without standbys median {med['no_standby']['median']:.3f} s  [{med['no_standby']['min']:.3f}-{med['no_standby']['max']:.3f}]"
-    )
-    ratio = (
-        med["standby"]["median"] / med["no_standby"]["median"]
-        if med["no_standby"]["median"]
-        else float("nan")
-    )
+    print("failover: kill -> first record of the killed reader's only split of a cluster only it reads")
+    for key, label in (("standby", "with standbys   "), ("no_standby", "without standbys")):
+        m = med[key]
+        print(f"  {label} median {m['median']:.3f} s  [{m['min']:.3f}-{m['max']:.3f}]")
+    base = med["no_standby"]["median"]
+    ratio = med["standby"]["median"] / base if base else float("nan")
     print(f"  ratio standby/no-standby {ratio:.2f}")
     summary["ratio_standby_to_no_standby"] = ratio
     RESULTS_DIR.mkdir(exist_ok=True)
