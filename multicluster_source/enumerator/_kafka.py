@@ -171,34 +171,22 @@ class KafkaClusterEnumerator:
         first_sight = [tp for tp in new if tp[0] not in seen]
         later = [tp for tp in new if tp[0] in seen]
         cid = config.cluster.cluster_id
-        starts = resolve_offsets(
-            config.starting,
-            admin=admin,
-            cluster_id=cid,
-            group_id=config.group_id,
-            partitions=first_sight,
-            timeout=config.request_timeout_s,
-        )
-        starts.update(
-            resolve_offsets(
-                OffsetsInitializer.earliest(),
+
+        def resolve(
+            initializer: OffsetsInitializer, partitions: list[tuple[str, int]]
+        ) -> dict[tuple[str, int], int]:
+            return resolve_offsets(
+                initializer,
                 admin=admin,
                 cluster_id=cid,
                 group_id=config.group_id,
-                partitions=later,
+                partitions=partitions,
                 timeout=config.request_timeout_s,
             )
-        )
-        stops: dict[tuple[str, int], int] = {}
-        if config.stopping is not None:
-            stops = resolve_offsets(
-                config.stopping,
-                admin=admin,
-                cluster_id=cid,
-                group_id=config.group_id,
-                partitions=new,
-                timeout=config.request_timeout_s,
-            )
+
+        starts = resolve(config.starting, first_sight)
+        starts.update(resolve(OffsetsInitializer.earliest(), later))
+        stops = resolve(config.stopping, new) if config.stopping is not None else {}
         splits = [KafkaPartitionSplit(cid, t, p, max(0, starts[(t, p)]), stops.get((t, p))) for t, p in new]
         return _Discovered(splits, missing, topics, leader_racks)
 
