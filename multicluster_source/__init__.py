@@ -7,9 +7,16 @@ subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See the 
 from __future__ import annotations
 
 from ._offsets import OffsetsInitializer
+from ._push import RunControl, RunResult
 from ._records import RawRecord, SourceRecord
 from ._source import MultiClusterKafkaSource, MultiClusterKafkaSourceBuilder
 from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor
+from ._storage import (
+    CheckpointStorage,
+    DirectoryCheckpointStorage,
+    ObjectStore,
+    ObjectStoreCheckpointStorage,
+)
 from ._stream import SourceStream
 from ._tracking import (
     KafkaTopicStatusStore,
@@ -45,11 +52,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointError",
+    "CheckpointStorage",
     "ClusterMetadata",
     "ConfigMapMetadataService",
     "ConfigurationError",
     "DefaultRackAwareStandbyAssignor",
     "DeserializationError",
+    "DirectoryCheckpointStorage",
     "FileMetadataService",
     "KafkaMetadataService",
     "KafkaStream",
@@ -65,9 +74,13 @@ __all__ = [
     "MultiClusterKafkaSourceBuilder",
     "MultiClusterSourceError",
     "NotifyingMetadataService",
+    "ObjectStore",
+    "ObjectStoreCheckpointStorage",
     "OffsetsInitializer",
     "RackAwareStandbyAssignor",
     "RawRecord",
+    "RunControl",
+    "RunResult",
     "SourceFailedError",
     "SourceRecord",
     "SourceStream",

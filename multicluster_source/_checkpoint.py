@@ -38,6 +38,46 @@ class Checkpoint:
     path: Path
 
 
+def encode_checkpoint(
+    checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
+) -> bytes:
+    """A checkpoint document (the current version) as UTF-8 JSON bytes, as every storage writes it."""
+    doc = {
+        "version": CHECKPOINT_VERSION,
+        "checkpoint_id": checkpoint_id,
+        "source": source,
+        "created_ms": int(time.time() * 1000),
+        "enumerator": enumerator,
+        "positions": dict(sorted(positions.items())),
+    }
+    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+
+def decode_checkpoint(data: bytes, path: Path) -> Checkpoint:
+    """Read a checkpoint document of any known version; ``path`` names where it came from (a file, or an
+    object key) in errors and in the result."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"checkpoint {path}: not a JSON object")
+    version = doc.get("version")
+    if version != 1:
+        raise CheckpointError(f"checkpoint {path}: unknown version {version!r} (this library reads 1)")
+    try:
+        positions = {str(k): int(v) for k, v in doc.get("positions", {}).items()}
+        return Checkpoint(
+            checkpoint_id=int(doc["checkpoint_id"]),
+            source=str(doc.get("source", "")),
+            enumerator=dict(doc["enumerator"]),
+            positions=positions,
+            path=path,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint {path}: malformed: {exc}") from exc
+
+
 class CheckpointStore:
     """Writes and reads checkpoints of one source in one directory."""
 
@@ -58,19 +98,11 @@ class CheckpointStore:
         self, checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
     ) -> Path:
         """Write a checkpoint durably; returns its path. Older ones beyond ``keep`` are deleted."""
-        doc = {
-            "version": CHECKPOINT_VERSION,
-            "checkpoint_id": checkpoint_id,
-            "source": source,
-            "created_ms": int(time.time() * 1000),
-            "enumerator": enumerator,
-            "positions": dict(sorted(positions.items())),
-        }
         final = self.directory / f"chk-{checkpoint_id:012d}.json"
         tmp = self.directory / f".chk-{checkpoint_id:012d}.json.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, separators=(",", ":"))
+            with open(tmp, "wb") as fh:
+                fh.write(encode_checkpoint(checkpoint_id, source, enumerator, positions))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
@@ -91,25 +123,10 @@ class CheckpointStore:
     def read(self, path: Path) -> Checkpoint:
         """Read one checkpoint file of any known version."""
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            data = path.read_bytes()
+        except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise CheckpointError(f"checkpoint {path}: not a JSON object")
-        version = doc.get("version")
-        if version != 1:
-            raise CheckpointError(f"checkpoint {path}: unknown version {version!r} (this library reads 1)")
-        try:
-            positions = {str(k): int(v) for k, v in doc.get("positions", {}).items()}
-            return Checkpoint(
-                checkpoint_id=int(doc["checkpoint_id"]),
-                source=str(doc.get("source", "")),
-                enumerator=dict(doc["enumerator"]),
-                positions=positions,
-                path=path,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint {path}: malformed: {exc}") from exc
+        return decode_checkpoint(data, path)
 
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint that reads cleanly, or None when there is none."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from ._split import KafkaPartitionSplit
 from .metadata._model import ClusterMetadata
@@ -45,6 +46,10 @@ class MetadataUpdateEvent(SourceEvent):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clusters", MappingProxyType(dict(self.clusters)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mappingproxy cannot be pickled: runtimes carry events to other processes and machines.
+        return (MetadataUpdateEvent, (dict(self.clusters), self.version))
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,10 @@ class OffsetsInitializer:
     def __post_init__(self) -> None:
         object.__setattr__(self, "explicit", MappingProxyType(dict(self.explicit)))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mappingproxy cannot be pickled: runtimes send the source's settings to worker processes.
+        return (OffsetsInitializer, (self.kind, self.reset, self.timestamp_ms, dict(self.explicit)))
+
     def __hash__(self) -> int:
         return hash((self.kind, self.reset, self.timestamp_ms, tuple(sorted(self.explicit.items()))))
 

@@ -8,13 +8,13 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._events import SourceEvent
 from ._framework import ReaderContext, SplitEnumeratorContext
 from ._offsets import OffsetsInitializer
 from ._options import SourceOptions, split_properties, validate_client_properties
-from ._records import RawRecord
+from ._records import RawRecord, SourceRecord
 from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor, load_assignor
 from ._stream import SourceStream
 from ._tracking import (
@@ -31,6 +31,9 @@ from .metadata._model import TOPIC_RE, KafkaMetadataService
 from .metadata._subscriber import KafkaStreamSubscriber, StreamPatternSubscriber, StreamSetSubscriber
 from .reader._fetcher import FetchSettings
 from .reader._multicluster import MultiClusterReader, ReaderSettings
+
+if TYPE_CHECKING:
+    from ._push import RunResult
 
 _log = logging.getLogger("multicluster_source")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -266,6 +269,36 @@ class MultiClusterKafkaSource:
     def handles(self, event: SourceEvent) -> bool:
         """Whether ``event`` is one of this source's events (for runtimes routing events)."""
         return isinstance(event, SourceEvent)
+
+    def run(
+        self,
+        handler: Callable[[list[SourceRecord]], object],
+        parallelism: int = 1,
+        *,
+        runtime: str = "threads",
+        checkpoint_dir: str | None = None,
+        checkpoint_interval: float | None = None,
+        registry: Any = None,
+        **runtime_options: Any,
+    ) -> RunResult:
+        """Push API: call ``handler(records)`` inside each of ``parallelism`` readers' workers with its
+        batches; block until a bounded source is read to its end and handled, or until stopped
+        (``control=RunControl()`` then ``control.stop()``, or ``stop_event=threading.Event()``); raise the
+        source's failure. ``runtime``: ``"threads"``, ``"processes"`` (one worker process per reader) or
+        ``"ray"`` (readers as Ray actors). Checkpoints cover exactly what the handlers returned from.
+        See the README section "Scaling out: runtimes" for the options of each runtime."""
+        from ._push import run_source
+
+        return run_source(
+            self,
+            handler,
+            parallelism,
+            runtime=runtime,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_interval=checkpoint_interval,
+            registry=registry,
+            **runtime_options,
+        )
 
 
 class MultiClusterKafkaSourceBuilder:

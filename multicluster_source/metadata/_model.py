@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 # Kafka's own rule for topic names: legal characters, at most 249, not "." or "..".
@@ -33,6 +33,13 @@ class ClusterMetadata:
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", frozenset(self.topics))
         object.__setattr__(self, "properties", _frozen_mapping(self.properties))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mappingproxy cannot be pickled: runtimes carry metadata to other processes and machines.
+        return (
+            ClusterMetadata,
+            (self.cluster_id, self.bootstrap_servers, self.topics, dict(self.properties)),
+        )
 
     def __hash__(self) -> int:
         return hash(
@@ -65,6 +72,9 @@ class KafkaStream:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clusters", MappingProxyType(dict(self.clusters)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (KafkaStream, (self.stream_id, dict(self.clusters)))
 
     def __hash__(self) -> int:
         return hash((self.stream_id, tuple(sorted(self.clusters.items(), key=lambda kv: kv[0]))))
