@@ -4,6 +4,10 @@
 2 reconciliation cycles), ``--profile`` (also profile one source drain into results/profile-throughput.txt),
 ``--no-two-clusters`` (skip the 2-cluster throughput variant). Nothing here fails on speed: the benchmarks
 report numbers, the reader judges them (see README.md).
+
+The reliability suite adds ``--soak-seconds S`` (default 600, ``--quick`` 60; 0 skips the soak) and
+``--scale-partitions N`` (default 10000, ``--quick`` 1000; 0 skips; Apache Kafka only), run after the others
+on brokers of their own (see the section at the end of this file).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_reconciliation, bench_throughput
+from benchmarks import bench_reconciliation, bench_scale, bench_soak, bench_throughput
 from benchmarks._brokers import RESULTS_DIR, add_broker_argument, machine_info, started_clusters
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
@@ -105,6 +109,7 @@ def write_results_md(
         lines += [f"## {title}", ""]
         body = _reconciliation_md(results[key]) if key == "reconciliation" else _throughput_md(results[key])
         lines += [*body, ""]
+    lines += reliability_md(results)
     path.write_text("\n".join(lines))
 
 
@@ -118,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--results", type=Path, default=RESULTS_MD, help="where to write the Markdown summary"
     )
+    add_reliability_arguments(parser)
     args = parser.parse_args(args_list)
     records = bench_throughput.QUICK_RECORDS if args.quick else bench_throughput.DEFAULT_RECORDS
     cycles = bench_reconciliation.QUICK_CYCLES if args.quick else bench_reconciliation.DEFAULT_CYCLES
@@ -140,10 +146,73 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["reconciliation"] = bench_reconciliation.run(clusters, cycles=cycles, brokers=args.brokers)
         bench_reconciliation.write_result(results["reconciliation"])
         print(bench_reconciliation.format_table(results["reconciliation"]), flush=True)
+    run_reliability(args, results)
     elapsed = time.perf_counter() - started
     write_results_md(args.results, args.brokers, args_list, results, elapsed)
     print(f"== done in {elapsed:.0f} s; written {args.results} and {RESULTS_DIR}/*.json")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reliability suite (issue 8): the soak and scale benchmarks, their options, and their RESULTS.md sections.
+# Kept apart from the code above: it only adds options, runs after the other benchmarks on brokers of its
+# own, and appends sections.
+
+RELIABILITY_TITLES = {
+    "soak": "Soak: metadata changing every few seconds, exact audit, leaks",
+    "scale": "Scale: 10 logical clusters, 10,000 splits",
+}
+
+
+def add_reliability_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--soak-seconds",
+        type=float,
+        default=None,
+        help=f"soak length (default {bench_soak.DEFAULT_SECONDS:.0f}, --quick 60; 0 skips the soak)",
+    )
+    parser.add_argument(
+        "--scale-partitions",
+        type=int,
+        default=None,
+        help=f"scale benchmark splits (default {bench_scale.DEFAULT_PARTITIONS}, --quick 1000; 0 skips)",
+    )
+
+
+def run_reliability(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    soak_seconds = args.soak_seconds if args.soak_seconds is not None else 60.0 if args.quick else None
+    soak_seconds = bench_soak.DEFAULT_SECONDS if soak_seconds is None else soak_seconds
+    partitions = args.scale_partitions
+    if partitions is None:
+        partitions = 1000 if args.quick else bench_scale.DEFAULT_PARTITIONS
+    if soak_seconds > 0:
+        print(f"== soak: {soak_seconds:.0f} s on two {args.brokers} clusters", flush=True)
+        with started_clusters(args.brokers, 2) as clusters:
+            results["soak"] = bench_soak.run(
+                clusters, bench_soak.SoakConfig(seconds=soak_seconds), brokers=args.brokers
+            )
+        bench_soak.write_result(results["soak"])
+        print(bench_soak.format_table(results["soak"]), flush=True)
+    if partitions > 0 and args.brokers == "kafka":
+        print(f"== scale: {partitions} splits on two Apache Kafka brokers of its own", flush=True)
+        results["scale"] = bench_scale.run(partitions)
+        bench_scale.write_result(results["scale"])
+        print(bench_scale.format_table(results["scale"]), flush=True)
+
+
+def reliability_md(results: dict[str, dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for key, title in RELIABILITY_TITLES.items():
+        if key not in results:
+            continue
+        if key == "scale":
+            partitions = results[key]["config"]["partitions"]
+            title = (
+                f"Scale: {results[key]['config']['logical_clusters']} logical clusters, {partitions:,} splits"
+            )
+        body = bench_soak.markdown(results[key]) if key == "soak" else bench_scale.markdown(results[key])
+        lines += [f"## {title}", "", *body, ""]
+    return lines
 
 
 if __name__ == "__main__":

@@ -103,6 +103,13 @@ _SPECS: Final[dict[str, _Spec]] = {
             ("cluster",),
             "Times a standby reader took over the splits of a failed reader.",
         ),
+        _Spec(
+            "multicluster_source_offset_resets",
+            Counter,
+            ("cluster", "topic"),
+            "Times a partition's position was out of range (aged out of the log) and was reset per "
+            "auto.offset.reset.",
+        ),
     )
 }
 
@@ -123,6 +130,7 @@ _RECONCILIATIONS: Final = "multicluster_source_reconciliations"
 _RESTARTS: Final = "multicluster_source_reader_restarts"
 _DESER_ERRORS: Final = "multicluster_source_deserialization_errors"
 _FAILOVERS: Final = "multicluster_source_failovers"
+_OFFSET_RESETS: Final = "multicluster_source_offset_resets"
 #: Gauges whose exported value is the sum of every source's own value.
 _SUMMED: Final = frozenset({_SPLITS, _ACTIVE})
 
@@ -183,7 +191,8 @@ def _release(shared: _Shared) -> None:
 
 
 class SourceMetrics:
-    """The Prometheus metrics of one source (API.md section 6, plus deserialization errors and failovers).
+    """The Prometheus metrics of one source (API.md section 6, plus deserialization errors, failovers and
+    offset resets).
 
     Every method is thread-safe and may be called from reader threads and the coordinator. A label set is
     created on first use and remembered, so :meth:`remove_cluster`, :meth:`remove_topic` and
@@ -283,6 +292,10 @@ class SourceMetrics:
     def failover(self, cluster: str) -> None:
         """Count one takeover by a standby reader of splits of ``cluster``."""
         self._inc(_FAILOVERS, (cluster,))
+
+    def offset_reset(self, cluster: str, topic: str) -> None:
+        """Count one out-of-range position of ``topic`` on ``cluster`` reset per ``auto.offset.reset``."""
+        self._inc(_OFFSET_RESETS, (cluster, topic))
 
     # ---------------------------------------------------------------------------------------------- removal
 

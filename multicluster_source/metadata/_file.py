@@ -122,6 +122,7 @@ class WatchedMetadataService:
         """
         with self._lock:
             self._listeners.append(listener)
+            self._closed = False  # a new subscriber (a source opened again) means watching again
         self._ensure_watcher()
 
         def unsubscribe() -> None:
@@ -132,7 +133,8 @@ class WatchedMetadataService:
         return unsubscribe
 
     def close(self) -> None:
-        """Stop the watcher threads and drop the listeners; reads still work afterwards, without watching."""
+        """Stop the watcher threads and drop the listeners; reads still work afterwards, without watching,
+        and a later ``subscribe`` starts watching again (a source opened a second time)."""
         with self._lock:
             self._closed = True
             watcher, self._watcher = self._watcher, None

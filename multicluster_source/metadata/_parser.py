@@ -179,6 +179,8 @@ def compose_text(text: str, *, source: str) -> Node | None:
         ) from None
     except RecursionError:
         raise MetadataError("invalid JSON: nesting too deep", source=source) from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise MetadataError(f"invalid JSON: {exc}", source=source) from None
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except (yaml.YAMLError, RecursionError):

@@ -253,7 +253,7 @@ def _object(data: bytes) -> dict[str, Any]:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise RecordFormatError(f"value is not UTF-8 (byte {exc.start})") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, or a number beyond the digit limit
         raise RecordFormatError(f"value is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise RecordFormatError(f"value must be a JSON object, got {type(obj).__name__}")

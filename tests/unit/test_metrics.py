@@ -23,6 +23,7 @@ CONTRACT = {
     "multicluster_source_reader_restarts_total": ("counter", ("cluster",)),
     "multicluster_source_deserialization_errors_total": ("counter", ("cluster", "topic")),
     "multicluster_source_failovers_total": ("counter", ("cluster",)),
+    "multicluster_source_offset_resets_total": ("counter", ("cluster", "topic")),
 }
 
 
@@ -48,6 +49,7 @@ def exercise(m: SourceMetrics, cluster: str = "east", topic: str = "orders") -> 
     m.reader_restart(cluster)
     m.deserialization_error(cluster, topic)
     m.failover(cluster)
+    m.offset_reset(cluster, topic)
 
 
 def source_samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:
@@ -102,6 +104,7 @@ def test_values(registry: CollectorRegistry, metrics: SourceMetrics) -> None:
     assert get("multicluster_source_reader_restarts_total", {"cluster": "east"}) == 2
     assert get("multicluster_source_deserialization_errors_total", ct) == 2
     assert get("multicluster_source_failovers_total", {"cluster": "east"}) == 2
+    assert get("multicluster_source_offset_resets_total", ct) == 2
 
 
 def test_set_offsets_none_leaves_gauge_unchanged(registry: CollectorRegistry, metrics: SourceMetrics) -> None:
@@ -284,3 +287,18 @@ def test_concurrent_recording_and_removal(registry: CollectorRegistry, metrics: 
         worker.join()
     metrics.remove_cluster("west")
     assert not [s for s in source_samples(registry) if s[1].get("cluster") == "west"]
+
+
+def test_offset_resets_follow_topic_and_cluster_removal(
+    registry: CollectorRegistry, metrics: SourceMetrics
+) -> None:
+    metrics.offset_reset("east", "orders")
+    metrics.offset_reset("east", "refunds")
+    metrics.offset_reset("west", "orders")
+    name = "multicluster_source_offset_resets_total"
+    metrics.remove_topic("east", "orders")
+    assert registry.get_sample_value(name, {"cluster": "east", "topic": "orders"}) is None
+    assert registry.get_sample_value(name, {"cluster": "east", "topic": "refunds"}) == 1
+    metrics.remove_cluster("east")
+    assert not [s for s in source_samples(registry) if s[1].get("cluster") == "east"]
+    assert registry.get_sample_value(name, {"cluster": "west", "topic": "orders"}) == 1

@@ -1,0 +1,1 @@
+"""Fuzz targets (atheris) for the metadata parsers, and the inputs the property tests share with them."""
