@@ -31,6 +31,7 @@ from .exceptions import (
     MetadataError,
     MetadataValidationError,
     MultiClusterSourceError,
+    OffsetOutOfRangeError,
     SourceFailedError,
 )
 from .metadata import (
@@ -76,6 +77,7 @@ __all__ = [
     "NotifyingMetadataService",
     "ObjectStore",
     "ObjectStoreCheckpointStorage",
+    "OffsetOutOfRangeError",
     "OffsetsInitializer",
     "RackAwareStandbyAssignor",
     "RawRecord",

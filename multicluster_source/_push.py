@@ -828,15 +828,7 @@ class _Driver:
             _log.info("source=%s: restoring from checkpoint %s", self._name, restored.path)
         self._metrics = SourceMetrics(self._registry, self._name)
         self._topics = source.create_topic_tracker(self._checkpoint_dir)
-        try:
-            self._topics.start()
-        except MultiClusterSourceError:
-            raise
-        except Exception as exc:
-            raise MultiClusterSourceError(
-                f"source {self._name}: topic tracking store {self._topics.store.describe()} could not be "
-                f"loaded: {exc}"
-            ) from exc
+        self._topics.start()
         self._coordinator = _LinkedCoordinator(
             self._name, self._n, self._tracker, self._fail, send=self._send
         )

@@ -90,7 +90,7 @@ class SourceStream:
         self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
         self._coordinator.readers = self._readers
         try:
-            self._start_topic_tracking()
+            self._topics.start()
             self._coordinator.start()
             enumerator = self._coordinator.call_sync(
                 lambda: source.create_enumerator(
@@ -115,17 +115,6 @@ class SourceStream:
         except BaseException:
             self.close()
             raise
-
-    def _start_topic_tracking(self) -> None:
-        try:
-            self._topics.start()
-        except MultiClusterSourceError:
-            raise
-        except Exception as exc:
-            raise MultiClusterSourceError(
-                f"source {self._name}: topic tracking store {self._topics.store.describe()} could not be "
-                f"loaded: {exc}"
-            ) from exc
 
     # ---------------------------------------------------------------------------------------- failures
 

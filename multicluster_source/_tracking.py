@@ -487,10 +487,20 @@ class TopicTracker:
     # ---------------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        """Load the store and start the writer thread (nothing happens when tracking is disabled)."""
+        """Load the store and start the writer thread (nothing happens when tracking is disabled).
+
+        A store that cannot be loaded raises :class:`MultiClusterSourceError` naming the source and store."""
         if not self.enabled or self._started:
             return
-        entries = self.store.load()
+        try:
+            entries = self.store.load()
+        except MultiClusterSourceError:
+            raise
+        except Exception as exc:
+            raise MultiClusterSourceError(
+                f"source {self.source_name}: topic tracking store {self.store.describe()} could not be "
+                f"loaded: {exc}"
+            ) from exc
         with self._lock:
             for key, value in entries.items():
                 parsed = parse_topic_status_key(key)

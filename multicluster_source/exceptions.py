@@ -9,6 +9,7 @@ The tree::
     ├── DeserializationError           the deserializer raised; names cluster, topic, partition, offset
     ├── CheckpointError                a checkpoint could not be written, read or restored
     └── SourceFailedError              a reader or the enumerator failed; ``__cause__`` holds the original
+        └── OffsetOutOfRangeError      a position left the log and ``auto.offset.reset=error`` forbids a reset
 
 Every exception that wraps another chains it with ``raise ... from`` so the cause is never lost.
 """
@@ -22,6 +23,7 @@ __all__ = [
     "MetadataError",
     "MetadataValidationError",
     "MultiClusterSourceError",
+    "OffsetOutOfRangeError",
     "SourceFailedError",
 ]
 
@@ -87,3 +89,17 @@ class CheckpointError(MultiClusterSourceError):
 
 class SourceFailedError(MultiClusterSourceError):
     """A reader or the enumerator failed; the original exception is the ``__cause__``."""
+
+
+class OffsetOutOfRangeError(SourceFailedError):
+    """A position is no longer in the log and ``auto.offset.reset=error`` forbids moving it."""
+
+    def __init__(self, cluster_id: str, topic: str, partition: int, offset: int) -> None:
+        self.cluster_id = cluster_id
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        super().__init__(
+            f"cluster={cluster_id} topic={topic} partition={partition}: offset {offset} is out of range "
+            f"(no longer in the log) and auto.offset.reset=error"
+        )

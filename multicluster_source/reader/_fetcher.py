@@ -27,7 +27,7 @@ from typing import Any, Literal
 from .._framework import ReaderContext, RecordBatch
 from .._records import RawRecord, SourceRecord
 from .._split import KafkaPartitionSplit
-from ..exceptions import DeserializationError, SourceFailedError
+from ..exceptions import DeserializationError, OffsetOutOfRangeError, SourceFailedError
 
 _log = logging.getLogger("multicluster_source.reader")
 
@@ -39,20 +39,6 @@ _RESET_KEY = "auto.offset.reset"
 _EARLIEST = frozenset({"earliest", "smallest", "beginning"})
 _LATEST = frozenset({"latest", "largest", "end"})
 _WATERMARK_TIMEOUT_S = 10.0
-
-
-class OffsetOutOfRangeError(SourceFailedError):
-    """A position is no longer in the log and ``auto.offset.reset=error`` forbids moving it."""
-
-    def __init__(self, cluster_id: str, topic: str, partition: int, offset: int) -> None:
-        self.cluster_id = cluster_id
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        super().__init__(
-            f"cluster={cluster_id} topic={topic} partition={partition}: offset {offset} is out of range "
-            f"(no longer in the log) and auto.offset.reset=error"
-        )
 
 
 def offset_reset_policy(conf: dict[str, Any]) -> OffsetResetPolicy:

@@ -473,8 +473,8 @@ def test_fetcher_reset_past_a_bounded_split_finishes_it() -> None:
 
 
 def test_fetcher_reset_policy_error_fails_the_source() -> None:
+    from multicluster_source import OffsetOutOfRangeError
     from multicluster_source._split import KafkaPartitionSplit
-    from multicluster_source.reader._fetcher import OffsetOutOfRangeError
 
     consumer = _FakeConsumer(watermarks=(40, 60))
     ctx, _, _ = _fetch_with(consumer, "error", KafkaPartitionSplit("east", "t", 0, 5))

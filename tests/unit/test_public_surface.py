@@ -56,6 +56,7 @@ PINNED = [
     "NotifyingMetadataService",
     "ObjectStore",
     "ObjectStoreCheckpointStorage",
+    "OffsetOutOfRangeError",
     "OffsetsInitializer",
     "RackAwareStandbyAssignor",
     "RawRecord",
