@@ -50,7 +50,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._brokers import RESULTS_DIR, machine_info
-from benchmarks.bench_soak import open_fds, rdk_threads, rss_mb
+from benchmarks.bench_soak import figures_markdown, open_fds, rdk_threads, rss_mb, write_json
 from multicluster_source import (
     ClusterMetadata,
     KafkaStream,
@@ -449,15 +449,11 @@ def describe(result: dict[str, Any]) -> str:
 
 def markdown(result: dict[str, Any]) -> list[str]:
     """The scale section body for RESULTS.md."""
-    lines = [
+    return figures_markdown(
         describe(result) + ". Seconds from `source.open()`; references measured in the same run, or the "
         "previous run (`results/scale.json`).",
-        "",
-        "| figure | this run | reference |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {figure} | {value} | {ref} |" for figure, value, ref in table_rows(result)]
-    return lines
+        table_rows(result),
+    )
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -474,10 +470,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def write_result(result: dict[str, Any]) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / "scale.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    return path
+    return write_json("scale", result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -699,17 +699,28 @@ def describe(result: dict[str, Any]) -> str:
     )
 
 
+def figures_markdown(intro: str, rows: Sequence[tuple[str, str, str]]) -> list[str]:
+    """A RESULTS.md section body: an introduction, then a figure / this run / reference table."""
+    lines = [intro, "", "| figure | this run | reference |", "|---|---|---|"]
+    lines += [f"| {figure} | {value} | {ref} |" for figure, value, ref in rows]
+    return lines
+
+
+def write_json(name: str, result: dict[str, Any]) -> Path:
+    """Write ``results/<name>.json``."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
 def markdown(result: dict[str, Any]) -> list[str]:
     """The soak's section body for RESULTS.md."""
-    lines = [
+    return figures_markdown(
         describe(result) + ". The audit is defined in `bench_soak.py`; reference = what it must be, the "
         "baseline before the run, or the previous run (`results/soak.json`).",
-        "",
-        "| figure | this run | reference |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {figure} | {value} | {ref} |" for figure, value, ref in table_rows(result)]
-    return lines
+        table_rows(result),
+    )
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -727,10 +738,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def write_result(result: dict[str, Any]) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / "soak.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    return path
+    return write_json("soak", result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
