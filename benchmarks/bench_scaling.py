@@ -39,11 +39,10 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from benchmarks._brokers import RESULTS_DIR, Cluster, add_broker_argument, machine_info, started_clusters
-from benchmarks.bench_throughput import Dataset, TopicData, prepare
+from benchmarks.bench_throughput import Dataset, TopicData, _Drained, _raw_drain_one, prepare
 from multicluster_source import (
     ClusterMetadata,
     KafkaStream,
@@ -65,43 +64,17 @@ STALL_TIMEOUT_S = 120.0
 
 
 def _raw_cluster(part: TopicData, partitions: list[int], out: dict[str, Any]) -> None:
-    expected = part.share(partitions)
-    if not expected:
+    """The throughput benchmark's raw drain of one cluster, with times other processes can compare."""
+    if not part.share(partitions):
         return
-    consumer = Consumer(
-        {
-            **PROPS,
-            "bootstrap.servers": part.bootstrap_servers,
-            "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    got = 0
+    drained = _Drained()
     try:
-        starts = []
-        for p in partitions:
-            low, _high = consumer.get_watermark_offsets(TopicPartition(part.topic, p), timeout=10.0)
-            starts.append(TopicPartition(part.topic, p, low if low >= 0 else OFFSET_BEGINNING))
-        consumer.assign(starts)
-        last_progress = time.monotonic()
-        while got < expected:
-            messages = consumer.consume(min(2000, expected - got), 0.5)
-            n = 0
-            for msg in messages:
-                if msg.error() is None:
-                    msg.value()
-                    n += 1
-            if n:
-                now = time.monotonic()
-                out["first"] = min(out.get("first", now), now)
-                out["last"] = now
-                got += n
-                last_progress = now
-            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise RuntimeError(f"raw drain stalled at {got}/{expected} on {part.topic}")
+        _raw_drain_one(part, partitions, PROPS, drained, clock=time.monotonic)
     finally:
-        consumer.close()
-        out["records"] = out.get("records", 0) + got
+        out["records"] = out.get("records", 0) + drained.records
+        if drained.first is not None:
+            out["first"] = min(out.get("first", drained.first), drained.first)
+            out["last"] = max(out.get("last", drained.last), drained.last)
 
 
 def raw_worker(parts: list[TopicData], index: int, count: int, report: str) -> None:

@@ -177,9 +177,13 @@ class _Drained:
 
 
 def _raw_drain_one(
-    part: TopicData, partitions: Sequence[int], props: Mapping[str, str], out: _Drained
+    part: TopicData,
+    partitions: Sequence[int],
+    props: Mapping[str, str],
+    out: _Drained,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> None:
-    """Drain ``partitions`` of ``part`` with one consumer; record counts and times in ``out``.
+    """Drain ``partitions`` of ``part`` with one consumer; record counts and ``clock()`` times in ``out``.
 
     "From the beginning" is the low watermark, looked up inside the timed window (the source resolves its
     starting offsets inside its window too): assigning ``OFFSET_BEGINNING`` instead makes librdkafka 2.x
@@ -211,11 +215,11 @@ def _raw_drain_one(
                     got += 1
             if messages:
                 if out.first is None:
-                    out.first = time.perf_counter()
+                    out.first = clock()
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise RuntimeError(f"raw drain stalled at {got}/{expected} on {part.topic}")
-        out.last = time.perf_counter()
+        out.last = clock()
         out.records += got
     finally:
         consumer.close()  # not timed, as the source's close is not
