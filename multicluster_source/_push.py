@@ -46,6 +46,7 @@ from ._records import SourceRecord
 from ._runtime import Coordinator, Handoff, PositionTracker
 from ._split import KafkaPartitionSplit
 from ._storage import CheckpointStorage, DirectoryCheckpointStorage
+from .enumerator._state import state_split_ids
 from .exceptions import ConfigurationError, MultiClusterSourceError, SourceFailedError
 
 if TYPE_CHECKING:
@@ -700,15 +701,6 @@ class _LinkedCoordinator(Coordinator):
         self._send_to(reader, NoMoreSplits())
 
 
-def _state_split_ids(enum_state: Mapping[str, Any]) -> set[str]:
-    ids = {f"{s['cluster']}/{s['topic']}/{s['partition']}" for s in enum_state.get("splits", [])}
-    ids |= {
-        f"{r['split']['cluster']}/{r['split']['topic']}/{r['split']['partition']}"
-        for r in enum_state.get("removed", [])
-    }
-    return ids
-
-
 class _Driver:
     """Runs one push run in the calling thread: start, loop, checkpoints, failover, shutdown."""
 
@@ -1007,7 +999,7 @@ class _Driver:
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
         enum_state = coordinator.call_sync(lambda: enumerator.snapshot_state(checkpoint_id))
-        ids = _state_split_ids(enum_state)
+        ids = state_split_ids(enum_state)
         kept = {sid: pos for sid, pos in positions.items() if sid in ids}
         self._last_checkpoint = storage.write(checkpoint_id, self._name, enum_state, kept)
         self._checkpoints += 1

@@ -16,6 +16,7 @@ from ._metrics import SourceMetrics
 from ._options import _SECRET_WORDS
 from ._records import SourceRecord
 from ._runtime import Coordinator, Handoff, PositionTracker, ReaderRunner
+from .enumerator._state import state_split_ids
 from .exceptions import MultiClusterSourceError, SourceFailedError
 
 if TYPE_CHECKING:
@@ -394,13 +395,7 @@ class SourceStream:
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
         enum_state = self._coordinator.call_sync(lambda: self._enumerator.snapshot_state(checkpoint_id))
-        ids = {
-            s["cluster"] + "/" + s["topic"] + "/" + str(s["partition"]) for s in enum_state.get("splits", [])
-        }
-        ids |= {
-            r["split"]["cluster"] + "/" + r["split"]["topic"] + "/" + str(r["split"]["partition"])
-            for r in enum_state.get("removed", [])
-        }
+        ids = state_split_ids(enum_state)
         kept = {sid: pos for sid, pos in positions.items() if sid in ids}
         if self._store is not None:
             self._store.write(checkpoint_id, self._name, enum_state, kept)

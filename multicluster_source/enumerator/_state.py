@@ -16,10 +16,11 @@ upgraded on read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._split import KafkaPartitionSplit, split_from_dict, split_to_dict
+from .._split import KafkaPartitionSplit, make_split_id, split_from_dict, split_to_dict
 from ..exceptions import CheckpointError
 
 ENUMERATOR_STATE_VERSION = 1
@@ -96,3 +97,10 @@ class EnumeratorState:
             seen_topics=self.seen_topics,
             metadata_version=self.metadata_version,
         )
+
+
+def state_split_ids(state: Mapping[str, Any]) -> set[str]:
+    """Split ids of every split, active (``splits``) or retained (``removed``), in a serialized enumerator
+    state; only the fields that name a split are read."""
+    splits = [*state.get("splits", []), *(r["split"] for r in state.get("removed", []))]
+    return {make_split_id(s["cluster"], s["topic"], s["partition"]) for s in splits}

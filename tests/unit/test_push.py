@@ -47,7 +47,6 @@ from multicluster_source._push import (
     WorkerHost,
     WorkerReady,
     WorkerStopped,
-    _state_split_ids,
     check_picklable,
     error_blob,
     reader_only_source,
@@ -472,11 +471,14 @@ def test_error_blob_only_for_errors_that_unpickle() -> None:
 
 
 def test_state_split_ids_include_removed_splits() -> None:
-    state = {
-        "splits": [{"cluster": "a", "topic": "t", "partition": 0}],
-        "removed": [{"split": {"cluster": "b", "topic": "u", "partition": 2}}],
-    }
-    assert _state_split_ids(state) == {"a/t/0", "b/u/2"}
+    from multicluster_source._split import KafkaPartitionSplit
+    from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit, state_split_ids
+
+    state = EnumeratorState(
+        splits=(KafkaPartitionSplit("a", "t", 0, 0),),
+        removed=(RemovedSplit(KafkaPartitionSplit("b", "u", 2, 5), 1),),
+    ).to_dict()
+    assert state_split_ids(state) == {"a/t/0", "b/u/2"}
 
 
 # ------------------------------------------------------------------------------------------ options
