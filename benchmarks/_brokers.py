@@ -2,8 +2,8 @@
 
 Both come from the test harness (``tests/harness/kafka.py``): ``KafkaCluster`` runs Apache Kafka from the jars
 fetched with Maven into ``~/.cache/multicluster-source``; ``TansuCluster`` wraps
-``multicluster_source._embedded.EmbeddedTansuBroker``. ``started_clusters`` starts them in parallel and stops
-every one of them on the way out, whatever happens.
+``multicluster_source.tools._embedded.EmbeddedTansuBroker``. ``started_clusters`` starts them in
+parallel and stops every one of them on the way out, whatever happens.
 """
 
 from __future__ import annotations

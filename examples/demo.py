@@ -36,9 +36,9 @@ from multicluster_source import (
     SourceRecord,
     SourceStream,
 )
-from multicluster_source._embedded import EmbeddedTansuBroker
 from multicluster_source.metadata import dump_streams
 from multicluster_source.testing import make_configmap_volume, update_configmap_volume
+from multicluster_source.tools._embedded import EmbeddedTansuBroker
 
 KEY = "stream-metadata.yaml"
 

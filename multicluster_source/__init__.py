@@ -6,25 +6,10 @@ subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See the 
 
 from __future__ import annotations
 
-from ._offsets import OffsetsInitializer
-from ._push import RunControl, RunResult
-from ._records import RawRecord, SourceRecord
-from ._source import MultiClusterKafkaSource, MultiClusterKafkaSourceBuilder
-from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor
-from ._storage import (
-    CheckpointStorage,
-    DirectoryCheckpointStorage,
-    ObjectStore,
-    ObjectStoreCheckpointStorage,
-)
-from ._stream import SourceStream
-from ._tracking import (
-    KafkaTopicStatusStore,
-    LocalTopicStatusStore,
-    TopicStatusStore,
-    TopicTrackingDisabledError,
-)
-from .exceptions import (
+from multicluster_source._source import MultiClusterKafkaSource, MultiClusterKafkaSourceBuilder
+from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor
+from multicluster_source.exceptions import (
     CheckpointError,
     ConfigurationError,
     DeserializationError,
@@ -34,7 +19,14 @@ from .exceptions import (
     OffsetOutOfRangeError,
     SourceFailedError,
 )
-from .metadata import (
+from multicluster_source.framework._records import RawRecord, SourceRecord
+from multicluster_source.framework._storage import (
+    CheckpointStorage,
+    DirectoryCheckpointStorage,
+    ObjectStore,
+    ObjectStoreCheckpointStorage,
+)
+from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
     FileMetadataService,
@@ -47,7 +39,15 @@ from .metadata import (
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
-from .metadata._kafka_topic import KafkaTopicMetadataWriter, MetadataWriterFencedError
+from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataWriter, MetadataWriterFencedError
+from multicluster_source.ops._tracking import (
+    KafkaTopicStatusStore,
+    LocalTopicStatusStore,
+    TopicStatusStore,
+    TopicTrackingDisabledError,
+)
+from multicluster_source.runtime._control import RunControl, RunResult
+from multicluster_source.runtime._stream import SourceStream
 
 __version__ = "0.1.0"
 

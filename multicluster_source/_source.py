@@ -10,30 +10,39 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._events import SourceEvent
-from ._framework import ReaderContext, SplitEnumeratorContext
-from ._offsets import OffsetsInitializer
-from ._options import SourceOptions, split_properties, validate_client_properties
-from ._records import RawRecord, SourceRecord
-from ._standby import DefaultRackAwareStandbyAssignor, RackAwareStandbyAssignor, load_assignor
-from ._stream import SourceStream
-from ._tracking import (
+from multicluster_source.enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
+from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._standby import (
+    DefaultRackAwareStandbyAssignor,
+    RackAwareStandbyAssignor,
+    load_assignor,
+)
+from multicluster_source.enumerator._state import EnumeratorState
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.framework._events import SourceEvent
+from multicluster_source.framework._interfaces import ReaderContext, SplitEnumeratorContext
+from multicluster_source.framework._options import SourceOptions, split_properties, validate_client_properties
+from multicluster_source.framework._records import RawRecord, SourceRecord
+from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
+from multicluster_source.metadata._subscriber import (
+    KafkaStreamSubscriber,
+    StreamPatternSubscriber,
+    StreamSetSubscriber,
+)
+from multicluster_source.ops._tracking import (
     InMemoryTopicStatusStore,
     KafkaTopicStatusStore,
     LocalTopicStatusStore,
     TopicStatusStore,
     TopicTracker,
 )
-from .enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
-from .enumerator._state import EnumeratorState
-from .exceptions import ConfigurationError
-from .metadata._model import TOPIC_RE, KafkaMetadataService
-from .metadata._subscriber import KafkaStreamSubscriber, StreamPatternSubscriber, StreamSetSubscriber
-from .reader._fetcher import FetchSettings
-from .reader._multicluster import MultiClusterReader, ReaderSettings
+from multicluster_source.reader._fetcher import FetchSettings
+from multicluster_source.reader._multicluster import MultiClusterReader, ReaderSettings
+from multicluster_source.runtime._factory import validate_reader_racks
+from multicluster_source.runtime._stream import SourceStream
 
 if TYPE_CHECKING:
-    from ._push import RunResult
+    from multicluster_source.runtime._control import RunResult
 
 _log = logging.getLogger("multicluster_source")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -49,28 +58,6 @@ RackIdSupplier = Callable[[str, "str | None"], "str | None"]
 def default_rack_id(cluster_id: str, reader_rack: str | None) -> str | None:
     """The default rack-id supplier: every cluster's ``client.rack`` is the reader's own rack."""
     return reader_rack
-
-
-def _reader_racks(
-    racks: Mapping[int, str] | Sequence[str | None] | None, parallelism: int
-) -> dict[int, str | None]:
-    if racks is None:
-        return {}
-    items = dict(enumerate(racks)) if isinstance(racks, Sequence) and not isinstance(racks, str) else racks
-    if not isinstance(items, Mapping):
-        raise ConfigurationError("open(reader_racks=...): a mapping reader index -> rack, or a list of racks")
-    out: dict[int, str | None] = {}
-    for reader, rack in items.items():
-        if not isinstance(reader, int) or not 0 <= reader < parallelism:
-            raise ConfigurationError(
-                f"open(reader_racks=...): reader index {reader!r} is not in 0..{parallelism - 1}"
-            )
-        if rack is not None and (not isinstance(rack, str) or not rack):
-            raise ConfigurationError(
-                f"open(reader_racks=...): rack of reader {reader} must be a non-empty string"
-            )
-        out[reader] = rack
-    return out
 
 
 def _ms_to_s(ms: int) -> float | None:
@@ -162,7 +149,7 @@ class MultiClusterKafkaSource:
                 raise ConfigurationError(
                     f"open(checkpoint_interval=...): must be > 0 seconds, got {checkpoint_interval!r}"
                 )
-        racks = _reader_racks(reader_racks, parallelism)
+        racks = validate_reader_racks(reader_racks, parallelism)
         if self.options.num_standby_replicas > 0 and len(set(racks.values())) < 2:
             _log.warning(
                 "source=%s: num.standby.replicas=%d but readers are not spread over two racks or more; "
@@ -287,7 +274,7 @@ class MultiClusterKafkaSource:
         source's failure. ``runtime``: ``"threads"``, ``"processes"`` (one worker process per reader) or
         ``"ray"`` (readers as Ray actors). Checkpoints cover exactly what the handlers returned from.
         See the README section "Scaling out: runtimes" for the options of each runtime."""
-        from ._push import run_source
+        from multicluster_source.runtime._push import run_source
 
         return run_source(
             self,

@@ -1,1 +1,16 @@
-"""The enumerator role of the multi-cluster source (implementation; nothing public here)."""
+"""The enumerator role: which splits exist and which reader reads each (implementation; nothing public here).
+
+What lives here:
+
+- ``_multicluster``: :class:`MultiClusterEnumerator`, which polls and listens to the metadata service,
+  reconciles per-cluster enumerators and assigns splits; it runs on the coordinator thread only.
+- ``_kafka`` and ``_proxy``: the per-cluster enumerator (partition discovery) behind a stoppable
+  context proxy.
+- ``_offsets``: ``OffsetsInitializer`` (starting and stopping offsets), resolved with the admin client.
+- ``_assignment`` and ``_standby``: placement of splits on readers (balanced, rack-aware) and standby readers
+  (KIP-708).
+- ``_state``: the enumerator's versioned checkpoint state.
+
+May import: :mod:`multicluster_source.framework`, :mod:`multicluster_source.ops`,
+:mod:`multicluster_source.metadata`, :mod:`multicluster_source.exceptions`; never the reader or the runtimes.
+"""

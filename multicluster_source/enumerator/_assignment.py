@@ -20,8 +20,8 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from .._split import KafkaPartitionSplit
-from .._standby import RackAwareStandbyAssignor
+from multicluster_source.enumerator._standby import RackAwareStandbyAssignor
+from multicluster_source.framework._split import KafkaPartitionSplit
 
 _log = logging.getLogger("multicluster_source.enumerator")
 

@@ -11,11 +11,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from .._framework import Cancellable
-from .._offsets import OffsetsInitializer, resolve_offsets
-from .._split import KafkaPartitionSplit
-from ..metadata._model import ClusterMetadata
-from ._proxy import StoppableContextProxy
+from multicluster_source.enumerator._offsets import OffsetsInitializer, resolve_offsets
+from multicluster_source.enumerator._proxy import StoppableContextProxy
+from multicluster_source.framework._interfaces import Cancellable
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.metadata._model import ClusterMetadata
 
 _log = logging.getLogger("multicluster_source.enumerator")
 

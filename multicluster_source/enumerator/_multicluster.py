@@ -1,7 +1,8 @@
 """The multi-cluster enumerator: follows metadata, runs one enumerator per cluster, assigns splits.
 
 It assumes a single thread: every method runs on the coordinator thread (the runtime's mailbox). Metadata
-services are called from this thread only. See :mod:`multicluster_source._events` for the update sequence.
+services are called from this thread only. See :mod:`multicluster_source.framework._events` for the update
+sequence.
 """
 
 from __future__ import annotations
@@ -14,25 +15,34 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._clientconf import admin_properties, cluster_client_config, merge_stream_clusters
-from .._events import (
+from multicluster_source.enumerator._assignment import SplitAssigner
+from multicluster_source.enumerator._kafka import (
+    AdminFactory,
+    ClusterEnumeratorConfig,
+    KafkaClusterEnumerator,
+    default_admin_factory,
+)
+from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._proxy import StoppableContextProxy
+from multicluster_source.enumerator._standby import RackAwareStandbyAssignor
+from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
+from multicluster_source.exceptions import MetadataError, SourceFailedError
+from multicluster_source.framework._clientconf import (
+    admin_properties,
+    cluster_client_config,
+    merge_stream_clusters,
+)
+from multicluster_source.framework._events import (
     GetMetadataUpdateEvent,
     MetadataUpdateEvent,
     SourceEvent,
     SplitsFinishedEvent,
     StandbySplitsEvent,
 )
-from .._framework import Cancellable, SplitEnumeratorContext
-from .._offsets import OffsetsInitializer
-from .._split import KafkaPartitionSplit
-from .._standby import RackAwareStandbyAssignor
-from ..exceptions import MetadataError, SourceFailedError
-from ..metadata._model import ClusterMetadata, KafkaMetadataService
-from ..metadata._subscriber import KafkaStreamSubscriber
-from ._assignment import SplitAssigner
-from ._kafka import AdminFactory, ClusterEnumeratorConfig, KafkaClusterEnumerator, default_admin_factory
-from ._proxy import StoppableContextProxy
-from ._state import EnumeratorState, RemovedSplit
+from multicluster_source.framework._interfaces import Cancellable, SplitEnumeratorContext
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.metadata._model import ClusterMetadata, KafkaMetadataService
+from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
 
 _log = logging.getLogger("multicluster_source.enumerator")
 

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .._framework import Cancellable, SplitEnumeratorContext
-from .._split import KafkaPartitionSplit
+from multicluster_source.framework._interfaces import Cancellable, SplitEnumeratorContext
+from multicluster_source.framework._split import KafkaPartitionSplit
 
 T = TypeVar("T")
 _log = logging.getLogger("multicluster_source.enumerator")

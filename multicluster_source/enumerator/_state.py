@@ -20,8 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._split import KafkaPartitionSplit, make_split_id, split_from_dict, split_to_dict
-from ..exceptions import CheckpointError
+from multicluster_source.exceptions import CheckpointError
+from multicluster_source.framework._split import (
+    KafkaPartitionSplit,
+    make_split_id,
+    split_from_dict,
+    split_to_dict,
+)
 
 ENUMERATOR_STATE_VERSION = 1
 

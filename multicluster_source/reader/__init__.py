@@ -1,1 +1,12 @@
-"""The reader role of the multi-cluster source (implementation; nothing public here)."""
+"""The reader role: fetch records of assigned splits from each cluster (implementation; nothing public here).
+
+What lives here:
+
+- ``_multicluster``: :class:`MultiClusterReader`, one per reader, which filters its splits on every metadata
+  update and restarts only the per-cluster fetchers whose cluster changed.
+- ``_fetcher``: :class:`ClusterFetcher`, one confluent-kafka consumer and its fetch thread per cluster.
+
+May import: :mod:`multicluster_source.framework`, :mod:`multicluster_source.ops`,
+:mod:`multicluster_source.metadata`, :mod:`multicluster_source.exceptions`; never the enumerator or the
+runtimes.
+"""

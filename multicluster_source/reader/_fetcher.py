@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._framework import ReaderContext, RecordBatch
-from .._records import RawRecord, SourceRecord
-from .._split import KafkaPartitionSplit
-from ..exceptions import DeserializationError, OffsetOutOfRangeError, SourceFailedError
+from multicluster_source.exceptions import DeserializationError, OffsetOutOfRangeError, SourceFailedError
+from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
+from multicluster_source.framework._records import RawRecord, SourceRecord
+from multicluster_source.framework._split import KafkaPartitionSplit
 
 _log = logging.getLogger("multicluster_source.reader")
 

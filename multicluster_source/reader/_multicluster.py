@@ -1,7 +1,7 @@
 """The multi-cluster reader: one fetcher per cluster, restarted only when its own cluster changes.
 
-All methods run on the reader's thread (see :mod:`multicluster_source._framework`). Fetchers report finished
-splits from their threads through a queue that :meth:`poll_events` drains.
+All methods run on the reader's thread (see :mod:`multicluster_source.framework._interfaces`). Fetchers report
+finished splits from their threads through a queue that :meth:`poll_events` drains.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._clientconf import cluster_client_config
-from .._clientlog import client_logging
-from .._events import (
+from multicluster_source.framework._clientconf import cluster_client_config
+from multicluster_source.framework._events import (
     GetMetadataUpdateEvent,
     MetadataUpdateEvent,
     SourceEvent,
     SplitsFinishedEvent,
     StandbySplitsEvent,
 )
-from .._framework import ReaderContext
-from .._split import KafkaPartitionSplit
-from ..metadata._model import ClusterMetadata
-from ._fetcher import ClusterFetcher, FetchSettings
+from multicluster_source.framework._interfaces import ReaderContext
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.metadata._model import ClusterMetadata
+from multicluster_source.ops._clientlog import client_logging
+from multicluster_source.reader._fetcher import ClusterFetcher, FetchSettings
 
 _log = logging.getLogger("multicluster_source.reader")
 

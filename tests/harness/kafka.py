@@ -804,7 +804,7 @@ class TansuCluster(Cluster):
 
     def __init__(self, cluster_id: str) -> None:
         super().__init__(cluster_id)
-        from multicluster_source._embedded import EmbeddedTansuBroker
+        from multicluster_source.tools._embedded import EmbeddedTansuBroker
 
         self._broker = EmbeddedTansuBroker(cluster_id=cluster_id, keep_log=True)
 

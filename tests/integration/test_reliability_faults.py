@@ -424,7 +424,7 @@ class _Ctx:
 def _fetch_with(
     consumer: _FakeConsumer, policy: str | None, split: Any
 ) -> tuple[_Ctx, list[list[str]], CollectorRegistry]:
-    from multicluster_source._metrics import SourceMetrics
+    from multicluster_source.ops._metrics import SourceMetrics
     from multicluster_source.reader._fetcher import ClusterFetcher, FetchSettings
 
     registry = CollectorRegistry()
@@ -445,7 +445,7 @@ def _fetch_with(
 def test_fetcher_reset_falls_back_to_a_logical_offset_when_watermarks_are_unavailable() -> None:
     from confluent_kafka import OFFSET_BEGINNING
 
-    from multicluster_source._split import KafkaPartitionSplit
+    from multicluster_source.framework._split import KafkaPartitionSplit
 
     consumer = _FakeConsumer(watermarks=None)
     ctx, finished, registry = _fetch_with(consumer, None, KafkaPartitionSplit("east", "t", 0, 5))
@@ -461,7 +461,7 @@ def test_fetcher_reset_falls_back_to_a_logical_offset_when_watermarks_are_unavai
 
 
 def test_fetcher_reset_past_a_bounded_split_finishes_it() -> None:
-    from multicluster_source._split import KafkaPartitionSplit
+    from multicluster_source.framework._split import KafkaPartitionSplit
 
     consumer = _FakeConsumer(watermarks=(40, 60))
     ctx, finished, _ = _fetch_with(
@@ -474,7 +474,7 @@ def test_fetcher_reset_past_a_bounded_split_finishes_it() -> None:
 
 def test_fetcher_reset_policy_error_fails_the_source() -> None:
     from multicluster_source import OffsetOutOfRangeError
-    from multicluster_source._split import KafkaPartitionSplit
+    from multicluster_source.framework._split import KafkaPartitionSplit
 
     consumer = _FakeConsumer(watermarks=(40, 60))
     ctx, _, _ = _fetch_with(consumer, "error", KafkaPartitionSplit("east", "t", 0, 5))

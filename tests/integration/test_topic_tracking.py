@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from harness.kafka import Cluster, unique_name
 from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
 from multicluster_source import OffsetsInitializer
-from multicluster_source._tracking import (
+from multicluster_source.ops._tracking import (
     RESET_DISABLED,
     TRACKING_DISABLED,
     InMemoryTopicStatusStore,

@@ -12,21 +12,21 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from multicluster_source._admin import (
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.ops._admin import (
     AdminServer,
     check_admin_address,
     lag_rows,
     parse_admin_address,
     render_status_page,
 )
-from multicluster_source._metrics import SourceMetrics
-from multicluster_source._tracking import (
+from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.ops._tracking import (
     RESET_DISABLED,
     TRACKING_DISABLED,
     InMemoryTopicStatusStore,
     TopicTracker,
 )
-from multicluster_source.exceptions import ConfigurationError
 
 SECRET = "hunter2-very-secret"
 

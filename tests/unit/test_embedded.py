@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from multicluster_source._embedded import EmbeddedTansuBroker
+from multicluster_source.tools._embedded import EmbeddedTansuBroker
 
 
 def test_round_trip_then_stop_leaves_no_process() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 
-from multicluster_source._metrics import METRIC_NAMES, SourceMetrics
+from multicluster_source.ops._metrics import METRIC_NAMES, SourceMetrics
 
 PREFIX = "multicluster_source_"
 

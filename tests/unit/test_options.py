@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multicluster_source._options import (
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.framework._options import (
     MAX_MS,
     SOURCE_OPTION_KEYS,
     EnumeratorMode,
@@ -18,7 +19,6 @@ from multicluster_source._options import (
     split_properties,
     validate_client_properties,
 )
-from multicluster_source.exceptions import ConfigurationError
 
 DEFAULTS = {
     "stream-metadata-discovery-interval-ms": "30000",
@@ -362,7 +362,7 @@ def test_non_string_value_rejected() -> None:
 
 
 def test_producer_property_warns(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
-    with caplog.at_level(logging.WARNING, logger="multicluster_source._options"):
+    with caplog.at_level(logging.WARNING, logger="multicluster_source.framework._options"):
         validate_client_properties({"linger.ms": "5"}, where="set_properties")
     assert any("producer property" in r.getMessage() for r in caplog.records)
     assert "rdkafka" not in capfd.readouterr().err

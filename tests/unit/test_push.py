@@ -31,10 +31,18 @@ from multicluster_source import (
     SourceRecord,
     StaticMetadataService,
 )
-from multicluster_source._checkpoint import CheckpointStore
-from multicluster_source._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SplitsFinishedEvent
-from multicluster_source._framework import RecordBatch
-from multicluster_source._push import (
+from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._events import (
+    GetMetadataUpdateEvent,
+    MetadataUpdateEvent,
+    SplitsFinishedEvent,
+)
+from multicluster_source.framework._interfaces import RecordBatch
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.framework._storage import InMemoryObjectStore
+from multicluster_source.runtime._factory import check_picklable, reader_only_source
+from multicluster_source.runtime._host import WorkerHost
+from multicluster_source.runtime._messages import (
     AssignSplits,
     Delivered,
     EventToEnumerator,
@@ -44,16 +52,11 @@ from multicluster_source._push import (
     StartReader,
     StopWorker,
     WorkerFailure,
-    WorkerHost,
     WorkerReady,
     WorkerStopped,
-    check_picklable,
     error_blob,
-    reader_only_source,
-    run_source,
 )
-from multicluster_source._split import KafkaPartitionSplit
-from multicluster_source._storage import InMemoryObjectStore
+from multicluster_source.runtime._push import run_source
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
@@ -471,8 +474,8 @@ def test_error_blob_only_for_errors_that_unpickle() -> None:
 
 
 def test_state_split_ids_include_removed_splits() -> None:
-    from multicluster_source._split import KafkaPartitionSplit
     from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit, state_split_ids
+    from multicluster_source.framework._split import KafkaPartitionSplit
 
     state = EnumeratorState(
         splits=(KafkaPartitionSplit("a", "t", 0, 0),),

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multicluster_source._standby import (
+from multicluster_source.enumerator._standby import (
     DefaultRackAwareStandbyAssignor,
     RackAwareStandbyAssignor,
     load_assignor,
@@ -149,23 +149,23 @@ def test_least_loaded_rack_first_ties_by_name() -> None:
 
 
 def test_fallback_to_active_rack_warns_once(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="multicluster_source._standby")
+    caplog.set_level(logging.WARNING, logger="multicluster_source.enumerator._standby")
     result = DefaultRackAwareStandbyAssignor(2).assign_standbys({"s1": "a", "s2": "a", "s3": "a"}, {"a"})
     assert result == {"a": {"s1", "s2", "s3"}}
-    warnings = [r for r in caplog.records if r.name == "multicluster_source._standby"]
+    warnings = [r for r in caplog.records if r.name == "multicluster_source.enumerator._standby"]
     assert len(warnings) == 1
     assert "3 of 3 splits" in warnings[0].getMessage()
 
 
 def test_fallback_without_any_reader_rack(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="multicluster_source._standby")
+    caplog.set_level(logging.WARNING, logger="multicluster_source.enumerator._standby")
     result = DefaultRackAwareStandbyAssignor().assign_standbys({"s1": "a", "s2": "b"}, set())
     assert result == {"a": {"s1"}, "b": {"s2"}}
     assert len(caplog.records) == 1
 
 
 def test_no_warning_when_other_racks_exist(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="multicluster_source._standby")
+    caplog.set_level(logging.WARNING, logger="multicluster_source.enumerator._standby")
     DefaultRackAwareStandbyAssignor().assign_standbys({"s1": "a", "s2": "b"}, {"a", "b"})
     assert caplog.records == []
 
@@ -228,7 +228,7 @@ CONSTANT = 42
 
 
 def test_load_assignor_default_class() -> None:
-    assignor = load_assignor("multicluster_source._standby:DefaultRackAwareStandbyAssignor")
+    assignor = load_assignor("multicluster_source.enumerator._standby:DefaultRackAwareStandbyAssignor")
     assert isinstance(assignor, DefaultRackAwareStandbyAssignor)
     assert assignor.assign_standbys({"s": "a"}, {"a", "b"}) == {"a": set(), "b": {"s"}}
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from multicluster_source import CheckpointError
-from multicluster_source._checkpoint import CheckpointStore
-from multicluster_source._split import (
+from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
+from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._split import (
     KafkaPartitionSplit,
     make_split_id,
     parse_split_id,
     split_from_dict,
     split_to_dict,
 )
-from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
 
 GOLDEN = Path(__file__).parent / "golden" / "checkpoint_v1.json"
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from multicluster_source._tracking import (
+from multicluster_source.exceptions import MultiClusterSourceError
+from multicluster_source.ops._tracking import (
     RESET_DISABLED,
     TRACKING_DISABLED,
     InMemoryTopicStatusStore,
@@ -20,7 +21,6 @@ from multicluster_source._tracking import (
     parse_topic_status_key,
     topic_status_key,
 )
-from multicluster_source.exceptions import MultiClusterSourceError
 
 
 def _tracker(store: TopicStatusStore | None = None, **kw: Any) -> TopicTracker:
@@ -309,7 +309,7 @@ def test_local_store_compacts_while_appending(tmp_path: Path) -> None:
 
 
 def test_stores_satisfy_the_protocol(tmp_path: Path) -> None:
-    from multicluster_source._tracking import KafkaTopicStatusStore
+    from multicluster_source.ops._tracking import KafkaTopicStatusStore
 
     assert isinstance(InMemoryTopicStatusStore(), TopicStatusStore)
     assert isinstance(LocalTopicStatusStore(tmp_path / "x"), TopicStatusStore)
@@ -353,7 +353,7 @@ def test_builder_store_setters_conflict_and_validate() -> None:
 
 
 def test_default_store_is_a_file_in_the_checkpoint_dir_else_memory(tmp_path: Path) -> None:
-    from multicluster_source._tracking import KafkaTopicStatusStore
+    from multicluster_source.ops._tracking import KafkaTopicStatusStore
 
     source = _builder().set_name("src").build()
     tracker = source.create_topic_tracker(str(tmp_path))

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multicluster_source import DefaultRackAwareStandbyAssignor
-from multicluster_source._split import KafkaPartitionSplit
 from multicluster_source.enumerator._assignment import SplitAssigner
+from multicluster_source.framework._split import KafkaPartitionSplit
 
 
 def splits(n: int, cluster: str = "c", topic: str = "t") -> list[KafkaPartitionSplit]:

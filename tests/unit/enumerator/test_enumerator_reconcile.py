@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from multicluster_source import ClusterMetadata, KafkaStream, MetadataError, OffsetsInitializer
-from multicluster_source._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent
-from multicluster_source._metrics import SourceMetrics
-from multicluster_source._split import KafkaPartitionSplit
 from multicluster_source.enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
 from multicluster_source.enumerator._state import EnumeratorState
+from multicluster_source.framework._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent
+from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata import StreamSetSubscriber
+from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.testing import InMemoryMetadataService
 
 

@@ -7,7 +7,7 @@ Ray is an optional extra: ``pip install 'multicluster-kafka-source[ray]'``.
   the enumerator, checkpoints and topic tracking. Only the driver touches the checkpoint storage.
 * Each reader is an actor ``mcs-worker-<source>-<i>-<run>`` (``num_cpus=1`` and
   ``scheduling_strategy="SPREAD"`` unless ``actor_options``/``scheduling_strategy`` say otherwise) running a
-  :class:`~._push.WorkerHost` on a thread of its own. It gets a reader-only copy of the source and the
+  :class:`~._host.WorkerHost` on a thread of its own. It gets a reader-only copy of the source and the
   handler (serialized by Ray, so closures work here too).
 * Racks: ``reader_racks`` when given, else with ``rack_label="zone"`` each reader's rack is the value of
   that label on the node its actor landed on (``ray start --labels='{"zone": "az-1"}'``); the enumerator
@@ -31,22 +31,13 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._metrics import SourceMetrics
-from ._push import (
-    Deliver,
-    Handler,
-    LinkLost,
-    WorkerHost,
-    WorkerLink,
-    WorkerStopped,
-    reader_only_source,
-)
-from .exceptions import ConfigurationError
-
-if TYPE_CHECKING:
-    from ._source import MultiClusterKafkaSource
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.runtime._factory import SourceFactory, reader_only_source
+from multicluster_source.runtime._host import WorkerHost
+from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink, WorkerStopped
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
@@ -68,7 +59,7 @@ class ReaderActor:
     def __init__(
         self,
         index: int,
-        source: MultiClusterKafkaSource,
+        source: SourceFactory,
         handler: Handler,
         rack: str | None,
         rack_label: str | None,
@@ -174,7 +165,7 @@ class RayTransport:
 
     def __init__(
         self,
-        source: MultiClusterKafkaSource,
+        source: SourceFactory,
         handler: Handler,
         parallelism: int,
         racks: Mapping[int, str | None],

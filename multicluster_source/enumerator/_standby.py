@@ -115,7 +115,7 @@ def load_assignor(spec: str) -> RackAwareStandbyAssignor:
     if not sep or not module_name or not attr_path or ":" in attr_path:
         raise ConfigurationError(
             f"standby assignor {spec!r}: expected 'module:Class', e.g. "
-            "'multicluster_source._standby:DefaultRackAwareStandbyAssignor'"
+            "'multicluster_source.enumerator._standby:DefaultRackAwareStandbyAssignor'"
         )
     try:
         target: object = importlib.import_module(module_name)

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-from .exceptions import MultiClusterSourceError
-from .metadata._placeholders import resolve_properties
+from multicluster_source.exceptions import MultiClusterSourceError
+from multicluster_source.metadata._placeholders import resolve_properties
 
 __all__ = [
     "RESET_DISABLED",

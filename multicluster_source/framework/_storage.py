@@ -11,8 +11,8 @@ process may be restarted: a directory on a shared filesystem, or an object store
   gives: a ``put`` of a whole object is atomic, and listing a prefix shows the objects written before.
 * :class:`InMemoryObjectStore`: an object store in memory, for tests.
 
-Both write the same document (:func:`~multicluster_source._checkpoint.encode_checkpoint`), so a checkpoint
-can be copied from one to the other.
+Both write the same document (:func:`~multicluster_source.framework._checkpoint.encode_checkpoint`), so a
+checkpoint can be copied from one to the other.
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, runtime_checkable
 
-from ._checkpoint import Checkpoint, CheckpointStore, decode_checkpoint, encode_checkpoint
-from .exceptions import CheckpointError
+from multicluster_source.exceptions import CheckpointError
+from multicluster_source.framework._checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 
 _log = logging.getLogger("multicluster_source.checkpoint")
 _KEY = re.compile(r"chk-(\d{12})\.json$")

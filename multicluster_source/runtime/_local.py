@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ._events import SourceEvent
-from ._framework import RecordBatch, SourceReader, SplitEnumerator
-from ._split import KafkaPartitionSplit
+from multicluster_source.framework._events import SourceEvent
+from multicluster_source.framework._interfaces import RecordBatch, SourceReader, SplitEnumerator
+from multicluster_source.framework._split import KafkaPartitionSplit
 
 T = TypeVar("T")
 _log = logging.getLogger("multicluster_source.runtime")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .exceptions import CheckpointError
+from multicluster_source.exceptions import CheckpointError
 
 CHECKPOINT_VERSION = 1
 _NAME = re.compile(r"^chk-(\d{12})\.json$")

@@ -9,20 +9,20 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._admin import AdminServer, RecordingSubscriber, check_admin_address, lag_rows
-from ._checkpoint import CheckpointStore
-from ._framework import RecordBatch
-from ._metrics import SourceMetrics
-from ._options import _SECRET_WORDS
-from ._records import SourceRecord
-from ._runtime import Coordinator, Handoff, PositionTracker, ReaderRunner
-from .enumerator._state import state_split_ids
-from .exceptions import MultiClusterSourceError, SourceFailedError
+from multicluster_source.enumerator._state import state_split_ids
+from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError, SourceFailedError
+from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._interfaces import RecordBatch
+from multicluster_source.framework._options import _SECRET_WORDS
+from multicluster_source.framework._records import SourceRecord
+from multicluster_source.ops._admin import AdminServer, RecordingSubscriber, check_admin_address, lag_rows
+from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.runtime._local import Coordinator, Handoff, PositionTracker, ReaderRunner
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from ._source import MultiClusterKafkaSource
+    from multicluster_source.runtime._factory import SourceFactory
 
 _log = logging.getLogger("multicluster_source")
 
@@ -37,7 +37,7 @@ class SourceStream:
 
     def __init__(
         self,
-        source: MultiClusterKafkaSource,
+        source: SourceFactory,
         *,
         parallelism: int,
         checkpoint_dir: str | None,
@@ -64,6 +64,8 @@ class SourceStream:
         self.restored_from: str | None = None
         self._metrics = SourceMetrics(registry, self._name)
         self._admin: AdminServer | None = None
+        if source.subscriber is None:
+            raise ConfigurationError(f"source {source.name}: a reader-only copy cannot be opened")
         self._streams = RecordingSubscriber(source.subscriber)
         self._topics = source.create_topic_tracker(checkpoint_dir)
         restored = self._store.latest() if self._store is not None else None
@@ -213,7 +215,7 @@ class SourceStream:
     @property
     def finished(self) -> bool:
         """Bounded and every split reached its stopping offset, with every record returned."""
-        if self._source.stopping is None:
+        if not self._source.bounded:
             return False
         enumerator = getattr(self, "_enumerator", None)
         return (
@@ -431,7 +433,8 @@ class SourceStream:
                 _log.exception("source=%s: enumerator close failed", self._name)
         self._coordinator.stop()
         try:
-            self._source.metadata_service.close()
+            if self._source.metadata_service is not None:
+                self._source.metadata_service.close()
         except Exception:
             _log.exception("source=%s: metadata service close failed", self._name)
         if forget_topics:

@@ -2,11 +2,11 @@
 
 * Workers are ``multiprocessing`` processes of the ``spawn`` context (``start_method`` option), named
   ``mcs-worker-<source>-<i>``, daemonic (they die with the parent), ignoring SIGINT (the parent stops them).
-* Each gets, pickled: a reader-only copy of the source (:func:`~._push.reader_only_source`: no metadata
+* Each gets, pickled: a reader-only copy of the source (:func:`~._factory.reader_only_source`: no metadata
   service, subscriber, topic status store or standby assignor: what a reader needs and nothing that holds
   threads or clients), the handler, its index and rack. It builds its reader with ``source.create_reader``
-  and runs a :class:`~._push.WorkerHost`.
-* One duplex pipe per worker carries the messages of :mod:`._push` both ways (frozen dataclasses; splits
+  and runs a :class:`~._host.WorkerHost`.
+* One duplex pipe per worker carries the messages of :mod:`._messages` both ways (frozen dataclasses; splits
   and events are the framework's). Not a shared queue: a process killed while writing to a shared queue can
   leave its lock held and block every other worker; a pipe of its own breaks alone.
 * The parent's receiver thread ``mcs-links-<source>`` waits on every pipe and every process sentinel
@@ -30,24 +30,22 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
-from ._metrics import SourceMetrics
-from ._push import (
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.runtime._factory import SourceFactory, check_picklable, reader_only_source
+from multicluster_source.runtime._host import WorkerHost
+from multicluster_source.runtime._messages import (
     Deliver,
     Handler,
     LinkLost,
     StopWorker,
-    WorkerHost,
     WorkerLink,
     WorkerLog,
-    check_picklable,
-    reader_only_source,
 )
-from .exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from ._source import MultiClusterKafkaSource
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -81,7 +79,7 @@ class ProcessTransport:
 
     def __init__(
         self,
-        source: MultiClusterKafkaSource,
+        source: SourceFactory,
         handler: Handler,
         parallelism: int,
         racks: Mapping[int, str | None],
@@ -225,7 +223,7 @@ class _ForwardLogs(logging.Handler):
 
 def worker_main(
     index: int,
-    source: MultiClusterKafkaSource,
+    source: SourceFactory,
     handler: Handler,
     conn: Connection,
     rack: str | None,

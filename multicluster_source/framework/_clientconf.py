@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .metadata._model import ClusterMetadata
-from .metadata._placeholders import resolve_properties
+from multicluster_source.metadata._model import ClusterMetadata
+from multicluster_source.metadata._placeholders import resolve_properties
 
 
 def cluster_client_config(

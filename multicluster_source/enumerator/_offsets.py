@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ._split import make_split_id
-from .exceptions import ConfigurationError, MultiClusterSourceError
+from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError
+from multicluster_source.framework._split import make_split_id
 
 _log = logging.getLogger("multicluster_source.offsets")
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ._events import SourceEvent
-from ._records import SourceRecord
-from ._split import KafkaPartitionSplit
+from multicluster_source.framework._events import SourceEvent
+from multicluster_source.framework._records import SourceRecord
+from multicluster_source.framework._split import KafkaPartitionSplit
 
 T = TypeVar("T")
 

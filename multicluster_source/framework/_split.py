@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .exceptions import CheckpointError
+from multicluster_source.exceptions import CheckpointError
 
 SPLIT_FORMAT_VERSION = 1
 

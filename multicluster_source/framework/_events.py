@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ._split import KafkaPartitionSplit
-from .metadata._model import ClusterMetadata
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.metadata._model import ClusterMetadata
 
 
 class SourceEvent:

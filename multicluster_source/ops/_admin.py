@@ -39,10 +39,10 @@ from urllib.parse import unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from ._tracking import TopicTrackingDisabledError
-from .exceptions import ConfigurationError
-from .metadata._model import KafkaMetadataService, KafkaStream
-from .metadata._subscriber import KafkaStreamSubscriber
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.metadata._model import KafkaMetadataService, KafkaStream
+from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
+from multicluster_source.ops._tracking import TopicTrackingDisabledError
 
 __all__ = [
     "AdminServer",
@@ -627,7 +627,7 @@ def _render_source(status: Mapping[str, Any]) -> str:
 def render_status_page(statuses: list[dict[str, Any]]) -> str:
     """The HTML status page for ``statuses`` (each as :meth:`SourceStream.status` returns it)."""
     template = Template(
-        resources.files("multicluster_source").joinpath("_static/status.html").read_text(encoding="utf-8")
+        resources.files("multicluster_source.ops").joinpath("_static/status.html").read_text(encoding="utf-8")
     )
     names = ", ".join(str(s.get("source", "?")) for s in statuses)
     return template.substitute(

@@ -1,0 +1,18 @@
+"""The framework every role builds on: values, interfaces and state formats (implementation; nothing public).
+
+What lives here:
+
+- ``_split``: :class:`KafkaPartitionSplit` (``cluster/topic/partition``) and its versioned serialization.
+- ``_events``: the events exchanged between the enumerator and the readers (metadata updates, finished
+  splits); the metadata-update restart sequence is written down in its docstring.
+- ``_interfaces``: the enumerator and reader interfaces, their contexts, and the batch a reader emits;
+  which thread calls what.
+- ``_records``: ``SourceRecord`` and ``RawRecord``.
+- ``_options``: the validated ``SourceOptions`` and the split of user properties into source options and
+  client properties.
+- ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
+- ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
+  store).
+
+May import: :mod:`multicluster_source.exceptions` and :mod:`multicluster_source.metadata` only.
+"""

@@ -1,0 +1,17 @@
+"""Runtimes: what runs the enumerator and the readers, and hands records to the caller (implementation).
+
+What lives here:
+
+- ``_local``: the coordinator thread (enumerator side), reader runners, the bounded hand-off and the
+  delivered-position tracker shared by every runtime.
+- ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``.
+- the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),
+  ``_host`` (the worker side: readers plus the handler loop), ``_control`` (``RunControl``, ``RunResult``),
+  ``_driver`` (the driver loop: checkpoints, failover, shutdown) and one module per transport:
+  ``_threads``, ``_processes``, ``_ray``.
+
+May import: :mod:`multicluster_source.enumerator`, :mod:`multicluster_source.reader`,
+:mod:`multicluster_source.ops`, :mod:`multicluster_source.framework`, :mod:`multicluster_source.metadata`,
+:mod:`multicluster_source.exceptions`. It never imports the root modules (the source and its builder): what
+it needs of a source is the :class:`~multicluster_source.runtime._factory.SourceFactory` protocol.
+"""

@@ -1,0 +1,107 @@
+"""What a caller holds of a push run: ``RunControl`` steers it from other threads, ``RunResult`` tells
+what it did."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_log = logging.getLogger("multicluster_source.push")
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One reader's worker as the driver sees it."""
+
+    index: int
+    pid: int | None
+    host: str | None
+    rack: str | None
+    alive: bool
+    splits: tuple[str, ...] = ()
+
+
+class RunControl:
+    """Steers a run from other threads: ``source.run(handler, control=control)``.
+
+    ``stop()`` makes ``run`` finish the batches the handlers are in, take a final checkpoint and return;
+    ``workers()`` shows where each reader runs (pid, host, rack) and what it reads. One control per run.
+    """
+
+    def __init__(self) -> None:
+        """A control for one run."""
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._workers: dict[int, WorkerInfo] = {}
+        self._records = 0
+        self._checkpoints = 0
+
+    def stop(self) -> None:
+        """Ask the run to stop (from any thread; idempotent)."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether ``stop()`` was called."""
+        return self._stop.is_set()
+
+    def wait_running(self, timeout: float | None = None) -> bool:
+        """Wait until every reader has started (True), or the run ended or ``timeout`` passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._running.is_set():
+            if self._done.is_set():
+                return False
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._running.wait(0.05 if left is None else min(0.05, left))
+        return True
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Wait until ``run`` has returned or raised."""
+        return self._done.wait(timeout)
+
+    def workers(self) -> dict[int, WorkerInfo]:
+        """Reader index -> its worker."""
+        with self._lock:
+            return dict(self._workers)
+
+    @property
+    def records(self) -> int:
+        """Records the handlers returned from so far (as reported to the driver)."""
+        return self._records
+
+    @property
+    def checkpoints(self) -> int:
+        """Checkpoints taken so far."""
+        return self._checkpoints
+
+    def _update(self, index: int, **changes: Any) -> None:
+        with self._lock:
+            old = self._workers.get(index) or WorkerInfo(index, None, None, None, True)
+            self._workers[index] = WorkerInfo(**{**old.__dict__, **changes})
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did."""
+
+    runtime: str
+    parallelism: int
+    finished: bool
+    """True: a bounded source was read to its end; False: the run was stopped."""
+    records: int
+    """Records the handlers returned from."""
+    records_per_reader: dict[int, int] = field(default_factory=dict)
+    checkpoints: int = 0
+    last_checkpoint: str | None = None
+    """Where the last checkpoint went (a path or object key)."""
+    restored_from: str | None = None
+    lost_readers: dict[int, str] = field(default_factory=dict)
+    """Reader index -> why its worker was lost (its splits moved to other readers)."""
+    seconds: float = 0.0

@@ -1,0 +1,286 @@
+"""The worker side of the push API: one reader and the handler thread, in a thread, process or actor."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
+from multicluster_source.framework._interfaces import RecordBatch, SourceReader
+from multicluster_source.runtime._local import Handoff
+from multicluster_source.runtime._messages import (
+    HEARTBEAT_S,
+    AssignSplits,
+    Delivered,
+    EventToEnumerator,
+    EventToReader,
+    Handler,
+    Heartbeat,
+    NoMoreSplits,
+    OnTopicRead,
+    StartReader,
+    StopWorker,
+    TopicRead,
+    WorkerFailure,
+    WorkerReady,
+    WorkerStopped,
+    describe_error,
+    error_blob,
+)
+
+_log = logging.getLogger("multicluster_source.push")
+
+ReaderFactory = Callable[["WorkerHost", "OnTopicRead | None"], SourceReader]
+"""``make_reader(context, on_topic_read)``: builds the worker's reader (``source.create_reader``)."""
+
+
+class WorkerHost:
+    """Runs one reader and the handler inside a worker, and is the reader's ``ReaderContext``.
+
+    ``run()`` is the worker's main loop (the reader thread): it reads driver messages from ``deliver``,
+    polls the reader and sends heartbeats. Fetch threads ``emit`` batches into a bounded :class:`Handoff`;
+    the handler thread calls the handler and reports positions. ``send`` carries messages to the driver in
+    order (it is called from several threads and must be thread-safe).
+    """
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        source_name: str,
+        handler: Handler,
+        make_reader: ReaderFactory,
+        send: Callable[[object], None],
+        buffer_max_batches: int,
+        rack: str | None = None,
+        track_topics: bool = True,
+        stop_timeout: float = 60.0,
+        host_name: str | None = None,
+    ) -> None:
+        self._index = index
+        self._host_name = host_name or socket.gethostname()
+        self._source = source_name
+        self._handler = handler
+        self._make_reader = make_reader
+        self._send_raw = send
+        self._rack = rack
+        self._track_topics = track_topics
+        self._stop_timeout = stop_timeout
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._handoff = Handoff(buffer_max_batches)
+        self._lock = threading.Lock()
+        self._emitted = 0
+        self._handled = 0
+        self._deferred: list[tuple[int, SourceEvent]] = []
+        self._stopping = threading.Event()
+        self._failed = False
+        self._records = 0
+        self._topics_seen: set[tuple[str, str]] = set()
+        self._reader: SourceReader | None = None
+
+    # ------------------------------------------------------------------------------ transport side
+
+    def deliver(self, message: object) -> None:
+        """A message from the driver (any thread)."""
+        self._inbox.put(message)
+
+    def abort(self) -> None:
+        """Stop as soon as possible (the driver gave this worker up)."""
+        self._stopping.set()
+        self._inbox.put(StopWorker())
+
+    def _send(self, message: object) -> None:
+        try:
+            self._send_raw(message)
+        except Exception as exc:  # the driver is gone: nothing to report to
+            if not self._stopping.is_set():
+                _log.warning("reader %d: cannot reach the driver (%s); stopping", self._index, exc)
+            self._stopping.set()
+
+    # ------------------------------------------------------------------------------------ main loop
+
+    def run(self) -> None:
+        """The worker's main loop; returns after ``StopWorker`` (or a failure), with every client closed."""
+        handler_thread = threading.Thread(
+            target=self._handle_loop, name=f"mcs-handler-{self._source}-{self._index}", daemon=True
+        )
+        reader: SourceReader | None = None
+        early: list[object] = []
+        last_beat = 0.0
+        last_finished: bool | None = None
+        self._send(WorkerReady(os.getpid(), self._host_name, self._rack))
+        handler_thread.start()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    message: object = self._inbox.get(timeout=0.05)
+                except queue.Empty:
+                    message = None
+                if isinstance(message, StopWorker):
+                    break
+                if isinstance(message, StartReader):
+                    if reader is None:
+                        on_topic_read = self._topic_read if self._track_topics else None
+                        reader = self._reader = self._make_reader(self, on_topic_read)
+                        reader.start()
+                        for m in early:
+                            self._dispatch(reader, m)
+                        early = []
+                elif message is not None:
+                    if reader is None:
+                        early.append(message)
+                    else:
+                        self._dispatch(reader, message)
+                finished = False
+                if reader is not None:
+                    reader.poll_events()
+                    with self._lock:
+                        self._release_deferred_locked()
+                    finished = reader.is_finished() and self._idle()
+                now = time.monotonic()
+                if finished != last_finished or now - last_beat >= HEARTBEAT_S:
+                    last_beat, last_finished = now, finished
+                    self._send(Heartbeat(finished, tuple(self.split_ids())))
+        except BaseException as exc:
+            if not self._stopping.is_set():
+                _log.error("reader %d failed: %s", self._index, exc)
+                self.reader_failed(exc)
+        finally:
+            self._stopping.set()
+            self._handoff.closed.set()
+            if reader is not None:
+                try:
+                    reader.close()
+                except Exception:
+                    _log.exception("reader %d: close failed", self._index)
+            handler_thread.join(self._stop_timeout)
+            if handler_thread.is_alive():
+                _log.error(
+                    "reader %d: the handler did not return within %.0f s", self._index, self._stop_timeout
+                )
+            self._send(WorkerStopped(self._records))
+
+    def _dispatch(self, reader: SourceReader, message: object) -> None:
+        if isinstance(message, AssignSplits):
+            reader.add_splits(list(message.splits))
+        elif isinstance(message, EventToReader):
+            reader.handle_source_event(message.event)
+        elif isinstance(message, NoMoreSplits):
+            reader.notify_no_more_splits()
+        else:
+            _log.warning("reader %d: unknown message %r", self._index, message)
+
+    def split_ids(self) -> list[str]:
+        """The splits the reader reads now (when it tells)."""
+        split_ids = getattr(self._reader, "split_ids", None)
+        return list(split_ids()) if callable(split_ids) else []
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return self._handled >= self._emitted and not self._deferred
+
+    def _release_deferred_locked(self) -> None:
+        if not self._deferred:
+            return
+        ready = [event for seq, event in self._deferred if seq <= self._handled]
+        if ready:
+            self._deferred = [(seq, event) for seq, event in self._deferred if seq > self._handled]
+            for event in ready:
+                self._send(EventToEnumerator(event))
+
+    # --------------------------------------------------------------------------------- handler thread
+
+    def _handle_loop(self) -> None:
+        handler = self._handler
+        try:
+            open_hook = getattr(handler, "open", None)
+            if callable(open_hook):
+                open_hook(self._index)
+            while not self._stopping.is_set():
+                batch = self._handoff.get(0.05)
+                if batch is None or self._stopping.is_set():
+                    continue  # a batch taken while stopping is not handled: its records come again
+                records = list(batch.records)
+                if records:
+                    handler(records)
+                with self._lock:
+                    self._records += len(records)
+                    self._send(Delivered(dict(batch.positions), len(records)))
+                    self._handled += 1
+                    self._release_deferred_locked()
+        except BaseException as exc:
+            self._failure("handler", exc)
+        finally:
+            close_hook = getattr(handler, "close", None)
+            if callable(close_hook):
+                try:
+                    close_hook()
+                except Exception:
+                    _log.exception("reader %d: the handler's close() failed", self._index)
+
+    def _failure(self, kind: str, error: BaseException) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        summary = f"{type(error).__name__}: {error}"
+        self._send(WorkerFailure(kind, summary, describe_error(error), error_blob(error)))
+        self._stopping.set()
+        self._inbox.put(StopWorker())
+
+    def _topic_read(self, cluster: str, topic: str, reader: int) -> None:
+        key = (cluster, topic)
+        if key in self._topics_seen:
+            return
+        with self._lock:
+            if key in self._topics_seen:
+                return
+            self._topics_seen.add(key)
+        self._send(TopicRead(cluster, topic))
+
+    # ---------------------------------------------------------------------------------- ReaderContext
+
+    @property
+    def index(self) -> int:
+        """This reader's index."""
+        return self._index
+
+    @property
+    def rack(self) -> str | None:
+        """This reader's rack."""
+        return self._rack
+
+    def send_event_to_enumerator(self, event: SourceEvent) -> None:
+        """Send an event; a finished split is reported only once the handler returned from its records."""
+        if isinstance(event, SplitsFinishedEvent):
+            with self._lock:
+                self._deferred.append((self._emitted, event))
+                self._release_deferred_locked()
+        else:
+            self._send(EventToEnumerator(event))
+
+    def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
+        """Buffer a batch for the handler (blocking while the buffer is full)."""
+        if self._failed or self._stopping.is_set():
+            return False
+        ok = self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
+        if ok:
+            with self._lock:
+                self._emitted += 1
+        return ok
+
+    def is_buffer_full(self) -> bool:
+        """Whether the handler's buffer is full."""
+        return self._handoff.full()
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the whole run (bad data: the same for every reader)."""
+        self._failure("source", error)
+
+    def reader_failed(self, error: BaseException) -> None:
+        """This reader cannot go on: its splits fail over to other readers."""
+        self._failure("reader", error)
