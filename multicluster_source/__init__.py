@@ -40,12 +40,12 @@ from multicluster_source.metadata import (
     StreamSetSubscriber,
 )
 from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataWriter, MetadataWriterFencedError
-from multicluster_source.ops._tracking import (
+from multicluster_source.ops._topic_stores import (
     KafkaTopicStatusStore,
     LocalTopicStatusStore,
     TopicStatusStore,
-    TopicTrackingDisabledError,
 )
+from multicluster_source.ops._tracking import TopicTrackingDisabledError
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._stream import SourceStream
 

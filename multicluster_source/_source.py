@@ -29,13 +29,13 @@ from multicluster_source.metadata._subscriber import (
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
-from multicluster_source.ops._tracking import (
+from multicluster_source.ops._topic_stores import (
     InMemoryTopicStatusStore,
     KafkaTopicStatusStore,
     LocalTopicStatusStore,
     TopicStatusStore,
-    TopicTracker,
 )
+from multicluster_source.ops._tracking import TopicTracker
 from multicluster_source.reader._fetcher import FetchSettings
 from multicluster_source.reader._multicluster import MultiClusterReader, ReaderSettings
 from multicluster_source.runtime._factory import validate_reader_racks

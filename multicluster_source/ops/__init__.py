@@ -2,11 +2,14 @@
 
 What lives here:
 
-- ``_metrics``: the Prometheus metrics of a source (names, labels, removal of a cluster's label sets).
-- ``_admin`` and ``_status_page``: the admin HTTP server (``/health``, ``/status``, ``/metrics``, topic
-  tracking endpoints) and the HTML status page it serves.
-- ``_topic_stores`` and ``_tracking``: topic tracking (KIP-558): which topics each reader read, kept in a
-  local file or a compacted Kafka topic.
+- ``_metric_families`` and ``_metrics``: the Prometheus metrics of a source: the metric families (names,
+  labels, help) shared by the sources on a registry, and what one source records and removes (a cluster's,
+  topic's or partition's label sets).
+- ``_admin``, ``_admin_target`` and ``_status_page``: the admin HTTP server (``/health``, ``/status``,
+  ``/metrics``, topic tracking endpoints; address and token checks), its source side (the ``AdminTarget``
+  protocol; lag rows and the streams subscribed last, for status answers) and the HTML status page.
+- ``_topic_stores`` and ``_tracking``: topic tracking (KIP-558): the stores (in memory, a local file, a
+  compacted Kafka topic) and the tracker recording which topics each reader read.
 - ``_clientlog``: librdkafka logs and client errors to Python logging, with the cluster id.
 
 May import: :mod:`multicluster_source.framework`, :mod:`multicluster_source.metadata`,

@@ -15,6 +15,10 @@ It binds to a loopback address unless a bearer token is configured; with a token
 servers and topics, never cluster properties; as a safety net, any secret-looking property value the
 target names (:meth:`AdminTarget.secret_values`) is masked in every answer.
 
+Here: the address and token checks, the server, routing and answers. What the server asks a source is
+:class:`AdminTarget` (:mod:`multicluster_source.ops._admin_target`); the HTML page is rendered by
+:mod:`multicluster_source.ops._status_page`.
+
 Threads: ``mcs-admin-<source>`` accepts connections; each request runs on ``mcs-admin-<source>-request``
 (HTTP/1.0, one request per connection, a 10 s socket timeout). :meth:`AdminServer.close` stops and joins them.
 """
@@ -29,73 +33,24 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
-from string import Template
-from typing import Any, Final, Protocol
+from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from multicluster_source.exceptions import ConfigurationError
-from multicluster_source.metadata._model import KafkaMetadataService, KafkaStream
-from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
+from multicluster_source.ops._admin_target import AdminTarget
+from multicluster_source.ops._status_page import render_status_page
 from multicluster_source.ops._tracking import TopicTrackingDisabledError
 
-__all__ = [
-    "AdminServer",
-    "AdminTarget",
-    "RecordingSubscriber",
-    "check_admin_address",
-    "lag_rows",
-    "parse_admin_address",
-    "render_status_page",
-]
+__all__ = ["AdminServer", "check_admin_address", "parse_admin_address"]
 
 _log = logging.getLogger("multicluster_source.admin")
 
-_LAG_FAMILIES: Final = {
-    "multicluster_source_current_offset": "current_offset",
-    "multicluster_source_records_lag": "lag",
-    "multicluster_source_committed_offset": "committed_offset",
-}
 _MIN_SECRET_LEN: Final = 4
-
-
-class AdminTarget(Protocol):
-    """What the admin server asks a running source (implemented by :class:`SourceStream`)."""
-
-    @property
-    def name(self) -> str:
-        """The source's name (the ``{name}`` of ``/sources/{name}/...``)."""
-        ...
-
-    @property
-    def metrics_registry(self) -> CollectorRegistry:
-        """The registry ``/metrics`` exposes."""
-        ...
-
-    def tracked_topics(self) -> dict[str, list[str]]:
-        """Cluster -> topics read; raises ``TopicTrackingDisabledError`` when tracking is disabled."""
-        ...
-
-    def reset_tracked_topics(self) -> int:
-        """Tombstone the active topics; raises ``TopicTrackingDisabledError`` when not allowed."""
-        ...
-
-    def health(self) -> dict[str, Any]:
-        """``{"status": "ready" | "not_ready", "reasons": [...]}``."""
-        ...
-
-    def status(self) -> dict[str, Any]:
-        """The JSON-ready status (see :meth:`SourceStream.status`)."""
-        ...
-
-    def secret_values(self) -> Collection[str]:
-        """Values that must never appear in an answer (secret-looking properties, as configured)."""
-        ...
 
 
 # ------------------------------------------------------------------------------------------------ address
@@ -144,57 +99,6 @@ def check_admin_address(address: str, token: str | None) -> tuple[str, int]:
             "can reach it, so a non-loopback address needs open(admin_token=...) (bearer token)"
         )
     return host, port
-
-
-# ---------------------------------------------------------------------------------------------- status data
-
-
-def lag_rows(registry: CollectorRegistry, clusters: Mapping[str, Iterable[str]]) -> list[dict[str, Any]]:
-    """Offset gauges per partition from ``registry``, for (cluster, topic) pairs in ``clusters`` only
-    (a registry may be shared by several sources). Sorted by cluster, topic, partition."""
-    wanted = {(c, t) for c, topics in clusters.items() for t in topics}
-    rows: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for family in registry.collect():
-        field = _LAG_FAMILIES.get(family.name)
-        if field is None:
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            cluster, topic, partition = labels.get("cluster"), labels.get("topic"), labels.get("partition")
-            if cluster is None or topic is None or partition is None or (cluster, topic) not in wanted:
-                continue
-            key = (cluster, topic, int(partition))
-            row = rows.setdefault(
-                key,
-                {
-                    "cluster": cluster,
-                    "topic": topic,
-                    "partition": int(partition),
-                    "current_offset": None,
-                    "lag": None,
-                    "committed_offset": None,
-                },
-            )
-            row[field] = int(sample.value)
-    return [rows[k] for k in sorted(rows)]
-
-
-class RecordingSubscriber:
-    """Wraps a subscriber and keeps the streams it returned last, for status answers.
-
-    The enumerator flattens streams into clusters; this keeps the stream -> cluster view without reading the
-    metadata service again (it is called on the enumerator's thread only, as the service requires).
-    """
-
-    def __init__(self, inner: KafkaStreamSubscriber) -> None:
-        self.inner = inner
-        self.last: tuple[KafkaStream, ...] = ()
-
-    def get_subscribed_streams(self, service: KafkaMetadataService) -> set[KafkaStream]:
-        """Delegate, remembering the answer."""
-        streams = self.inner.get_subscribed_streams(service)
-        self.last = tuple(sorted(streams, key=lambda s: s.stream_id))
-        return streams
 
 
 # ------------------------------------------------------------------------------------------------- server
@@ -464,174 +368,3 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body and not self._head and self.command != "HEAD":
             self.wfile.write(body)
-
-
-# ------------------------------------------------------------------------------------------- status page
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _table(table_id: str, head: Iterable[str], rows: list[str], empty: str) -> str:
-    if not rows:
-        return f'<p class="empty" id="{table_id}">{_e(empty)}</p>'
-    cells = "".join(f"<th>{_e(h)}</th>" for h in head)
-    return f'<table id="{table_id}"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-
-
-def _num(value: Any, *, lag: bool = False) -> str:
-    css = "num lagging" if lag and isinstance(value, int) and value > 0 else "num"
-    return f'<td class="{css}">{_e("-" if value is None else value)}</td>'
-
-
-def _render_source(status: Mapping[str, Any]) -> str:
-    name = str(status.get("source", "?"))
-    health = status.get("health") or {}
-    ready = health.get("status") == "ready"
-    metadata = status.get("metadata") or {}
-    tracking = status.get("tracking") or {}
-    tracked: Mapping[str, list[str]] = tracking.get("topics") or {}
-    lag = status.get("lag") or []
-    lag_by_cluster: dict[str, int] = {}
-    for row in lag:
-        if isinstance(row.get("lag"), int):
-            lag_by_cluster[row["cluster"]] = lag_by_cluster.get(row["cluster"], 0) + row["lag"]
-    out = [
-        f'<section class="source" data-source="{_e(name)}">',
-        f'<h2>Source <code>{_e(name)}</code><span class="badge {"ready" if ready else "not_ready"}" '
-        f'id="health">{"ready" if ready else "not ready"}</span></h2>',
-    ]
-    reasons = health.get("reasons") or []
-    if reasons:
-        out.append('<div class="reasons">' + "<br>".join(_e(r) for r in reasons) + "</div>")
-    facts = {
-        "state": status.get("state"),
-        "readers": status.get("parallelism"),
-        "metadata version": metadata.get("version"),
-        "metadata failures in a row": metadata.get("failures_in_a_row"),
-        "metadata failures total": metadata.get("failures_total"),
-        "retained splits": metadata.get("retained_splits"),
-        "last checkpoint": (status.get("checkpoint") or {}).get("last_id"),
-    }
-    out.append(
-        '<div class="kv">'
-        + "".join(
-            f"<div><span>{_e(k)}:</span> <b>{_e('-' if v is None else v)}</b></div>" for k, v in facts.items()
-        )
-        + "</div>"
-    )
-
-    clusters: Mapping[str, Any] = status.get("clusters") or {}
-    rows = []
-    for cid, c in clusters.items():
-        read = ", ".join(tracked.get(cid, []))
-        servers = c.get("bootstrap_servers")
-        topics = ", ".join(c.get("topics", []))
-        rows.append(
-            f'<tr data-cluster="{_e(cid)}"><td><b>{_e(cid)}</b></td><td><code>{_e(servers)}</code></td>'
-            f"<td>{_e(topics)}</td><td>{_e(read)}</td>"
-            f"{_num(c.get('assigned_splits'))}{_num(lag_by_cluster.get(cid), lag=True)}</tr>"
-        )
-    for cid in sorted(set(tracked) - set(clusters)):
-        rows.append(
-            f'<tr data-cluster="{_e(cid)}" class="gone"><td><b>{_e(cid)}</b> <i>(not in metadata)</i></td>'
-            f"<td></td><td></td><td>{_e(', '.join(tracked[cid]))}</td>{_num(None)}{_num(None)}</tr>"
-        )
-    out.append("<h3>Clusters</h3>")
-    out.append(
-        _table(
-            "clusters",
-            ["cluster", "bootstrap servers", "topics (metadata)", "topics read (tracking)", "splits", "lag"],
-            rows,
-            "no clusters",
-        )
-    )
-
-    streams: Mapping[str, Mapping[str, list[str]]] = status.get("streams") or {}
-    rows = [
-        f'<tr data-stream="{_e(sid)}"><td><b>{_e(sid)}</b></td><td>'
-        + "<br>".join(f"{_e(cid)}: {_e(', '.join(topics))}" for cid, topics in parts.items())
-        + "</td></tr>"
-        for sid, parts in streams.items()
-    ]
-    out.append("<h3>Streams</h3>")
-    out.append(_table("streams", ["stream", "clusters: topics"], rows, "no stream subscribed"))
-
-    readers: Mapping[str, Any] = status.get("readers") or {}
-    rows = []
-    for idx, r in readers.items():
-        splits = r.get("splits", [])
-        alive = "running" if r.get("alive") else "stopped"
-        rows.append(
-            f'<tr data-reader="{_e(idx)}"><td>{_e(idx)}</td><td>{_e(alive)}</td>{_num(len(splits))}'
-            f'<td class="splits"><code>{_e(", ".join(splits))}</code></td></tr>'
-        )
-    out.append("<h3>Readers</h3>")
-    out.append(_table("readers", ["reader", "thread", "splits", "split ids"], rows, "no readers"))
-
-    rows = [
-        f'<tr data-cluster="{_e(r["cluster"])}" data-topic="{_e(r["topic"])}" '
-        f'data-partition="{_e(r["partition"])}"><td>{_e(r["cluster"])}</td><td>{_e(r["topic"])}</td>'
-        f"{_num(r['partition'])}{_num(r.get('current_offset'))}{_num(r.get('lag'), lag=True)}"
-        f"{_num(r.get('committed_offset'))}</tr>"
-        for r in lag
-    ]
-    out.append("<h3>Lag per partition</h3>")
-    out.append(
-        _table(
-            "lag",
-            ["cluster", "topic", "partition", "next offset", "lag", "committed"],
-            rows,
-            "no partition reported yet",
-        )
-    )
-
-    rec = status.get("last_reconciliation")
-    out.append("<h3>Last reconciliation</h3>")
-    if rec:
-        at = rec.get("at_ms")
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at / 1000)) if isinstance(at, int) else at
-        parts = [
-            ("version", rec.get("version")),
-            ("at", when),
-            ("added", ", ".join(rec.get("added", [])) or "-"),
-            ("removed", ", ".join(rec.get("removed", [])) or "-"),
-            ("reconnected", ", ".join(rec.get("reconnected", [])) or "-"),
-            ("topics changed", ", ".join(rec.get("topics_changed", [])) or "-"),
-            ("splits retired", rec.get("splits_retired")),
-        ]
-        out.append(
-            '<div class="kv" id="reconciliation">'
-            + "".join(f"<div><span>{_e(k)}:</span> <b>{_e(v)}</b></div>" for k, v in parts)
-            + "</div>"
-        )
-    else:
-        out.append('<p class="empty" id="reconciliation">none yet</p>')
-
-    out.append("<h3>Topic tracking</h3>")
-    if tracking.get("enabled"):
-        reset = "allowed" if tracking.get("allow_reset") else "disabled"
-        out.append(
-            f'<div class="kv" id="tracking"><div><span>store:</span> <b>{_e(tracking.get("store"))}</b></div>'
-            f"<div><span>reset:</span> <b>{_e(reset)}</b></div>"
-            f"<div><span>(cluster, topic) pairs read:</span> <b>"
-            f"{sum(len(t) for t in tracked.values())}</b></div></div>"
-        )
-    else:
-        out.append('<p class="empty" id="tracking">disabled (topic.tracking.enable=false)</p>')
-    out.append("</section>")
-    return "\n".join(out)
-
-
-def render_status_page(statuses: list[dict[str, Any]]) -> str:
-    """The HTML status page for ``statuses`` (each as :meth:`SourceStream.status` returns it)."""
-    template = Template(
-        resources.files("multicluster_source.ops").joinpath("_static/status.html").read_text(encoding="utf-8")
-    )
-    names = ", ".join(str(s.get("source", "?")) for s in statuses)
-    return template.substitute(
-        title=_e(f"{names} - multicluster_source"),
-        generated=_e(time.strftime("%Y-%m-%d %H:%M:%S")),
-        body="\n".join(_render_source(s) for s in statuses),
-    )

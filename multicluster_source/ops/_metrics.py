@@ -1,193 +1,43 @@
 """Prometheus metrics of a source, with exact label clean-up when clusters, topics or partitions go away.
 
-The metric names and labels are a contract (API.md section 6); there is deliberately no ``source`` label.
-Several sources may share one registry (the global one by default): the metric objects are then shared
-through a per-registry cache with reference counting, and
+:class:`SourceMetrics` is what a source records through: it creates a label set on first use, remembers
+it, and removes exactly the label sets it created when a cluster, topic or partition goes away or the
+source closes. The metric families themselves, and how several sources share them on one registry (counters
+and the summed gauges add up, a label set leaves the exposition when no source on the registry uses it any
+longer), are in :mod:`multicluster_source.ops._metric_families`.
 
-* counters add up across those sources;
-* ``assigned_splits`` and ``active_clusters`` add up too (each source's own value is kept and the sum is
-  exported);
-* the per-partition offset gauges (``current_offset``, ``records_lag``, ``committed_offset``) show the value
-  written last when two sources read the same partition.
-
-A label set is removed from the exposition only when no source on the registry uses it any longer, and the
-metric objects are unregistered when the last source on the registry closes.
+Threads: every method may be called from reader threads and the coordinator (see :class:`SourceMetrics`).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-__all__ = ["METRIC_NAMES", "SourceMetrics"]
+from multicluster_source.ops._metric_families import (
+    ACTIVE,
+    BYTES,
+    COMMITTED,
+    CURRENT,
+    DESER_ERRORS,
+    FAILOVERS,
+    LAG,
+    METADATA_FAILURES,
+    OFFSET_RESETS,
+    RECONCILIATIONS,
+    RECORDS,
+    RESTARTS,
+    SPLITS,
+    Labels,
+    MetricKey,
+    acquire,
+    release,
+)
 
-Labels = tuple[str, ...]
+__all__ = ["SourceMetrics"]
 
-
-@dataclass(frozen=True)
-class _Spec:
-    """One metric: exposition name (without ``_total``), type, label names and help text."""
-
-    name: str
-    kind: type[Counter] | type[Gauge]
-    labels: tuple[str, ...]
-    doc: str
-
-
-_SPECS: Final[dict[str, _Spec]] = {
-    s.name: s
-    for s in (
-        _Spec(
-            "multicluster_source_records_consumed",
-            Counter,
-            ("cluster", "topic"),
-            "Records read from a topic of a cluster.",
-        ),
-        _Spec(
-            "multicluster_source_bytes_consumed",
-            Counter,
-            ("cluster", "topic"),
-            "Bytes of record keys and values read from a topic of a cluster.",
-        ),
-        _Spec(
-            "multicluster_source_records_lag",
-            Gauge,
-            ("cluster", "topic", "partition"),
-            "Records between the next offset to read and the partition's high watermark.",
-        ),
-        _Spec(
-            "multicluster_source_current_offset",
-            Gauge,
-            ("cluster", "topic", "partition"),
-            "Next offset the source will read from a partition.",
-        ),
-        _Spec(
-            "multicluster_source_committed_offset",
-            Gauge,
-            ("cluster", "topic", "partition"),
-            "Offset last committed to the cluster for a partition.",
-        ),
-        _Spec("multicluster_source_assigned_splits", Gauge, ("cluster",), "Splits assigned to readers."),
-        _Spec("multicluster_source_active_clusters", Gauge, (), "Clusters the source reads from."),
-        _Spec(
-            "multicluster_source_metadata_failures",
-            Counter,
-            (),
-            "Stream metadata reads that failed (the last good metadata stayed in effect).",
-        ),
-        _Spec(
-            "multicluster_source_reconciliations",
-            Counter,
-            (),
-            "Times the source applied changed stream metadata.",
-        ),
-        _Spec(
-            "multicluster_source_reader_restarts",
-            Counter,
-            ("cluster",),
-            "Times a reader's client for a cluster was recreated.",
-        ),
-        _Spec(
-            "multicluster_source_deserialization_errors",
-            Counter,
-            ("cluster", "topic"),
-            "Records skipped because the deserializer raised (deserialization-error-policy=skip).",
-        ),
-        _Spec(
-            "multicluster_source_failovers",
-            Counter,
-            ("cluster",),
-            "Times a standby reader took over the splits of a failed reader.",
-        ),
-        _Spec(
-            "multicluster_source_offset_resets",
-            Counter,
-            ("cluster", "topic"),
-            "Times a partition's position was out of range (aged out of the log) and was reset per "
-            "auto.offset.reset.",
-        ),
-    )
-}
-
-#: Every exposed metric family name (counters with their ``_total`` suffix) -> label names.
-METRIC_NAMES: Final[dict[str, tuple[str, ...]]] = {
-    (s.name + "_total" if s.kind is Counter else s.name): s.labels for s in _SPECS.values()
-}
-
-_RECORDS: Final = "multicluster_source_records_consumed"
-_BYTES: Final = "multicluster_source_bytes_consumed"
-_LAG: Final = "multicluster_source_records_lag"
-_CURRENT: Final = "multicluster_source_current_offset"
-_COMMITTED: Final = "multicluster_source_committed_offset"
-_SPLITS: Final = "multicluster_source_assigned_splits"
-_ACTIVE: Final = "multicluster_source_active_clusters"
-_METADATA_FAILURES: Final = "multicluster_source_metadata_failures"
-_RECONCILIATIONS: Final = "multicluster_source_reconciliations"
-_RESTARTS: Final = "multicluster_source_reader_restarts"
-_DESER_ERRORS: Final = "multicluster_source_deserialization_errors"
-_FAILOVERS: Final = "multicluster_source_failovers"
-_OFFSET_RESETS: Final = "multicluster_source_offset_resets"
-#: Gauges whose exported value is the sum of every source's own value.
-_SUMMED: Final = frozenset({_SPLITS, _ACTIVE})
-
-_Key = tuple[str, Labels]  # (metric name, label values)
-_Matcher = Callable[[_Key], bool]
-
-
-@dataclass
-class _Shared:
-    """The metric objects of one registry, shared by every source on it.  Guarded by ``lock``."""
-
-    registry: CollectorRegistry
-    counters: dict[str, Counter]
-    gauges: dict[str, Gauge]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    sources: int = 0
-    #: label set -> number of sources using it (for metrics that are not summed).
-    owners: dict[_Key, int] = field(default_factory=dict)
-    #: label set of a summed gauge -> {source token: that source's value}.
-    parts: dict[_Key, dict[int, float]] = field(default_factory=dict)
-
-
-_CACHE_LOCK: Final = threading.Lock()
-_CACHE: dict[int, _Shared] = {}  # id(registry) -> shared metrics; the entry holds the registry alive
-
-
-def _acquire(registry: CollectorRegistry) -> _Shared:
-    with _CACHE_LOCK:
-        shared = _CACHE.get(id(registry))
-        if shared is None:
-            counters: dict[str, Counter] = {}
-            gauges: dict[str, Gauge] = {}
-            try:
-                for spec in _SPECS.values():
-                    if spec.kind is Counter:
-                        counters[spec.name] = Counter(spec.name, spec.doc, spec.labels, registry=registry)
-                    else:
-                        gauges[spec.name] = Gauge(spec.name, spec.doc, spec.labels, registry=registry)
-            except Exception:
-                # e.g. a name already registered by someone else: leave the registry as it was.
-                for metric in [*counters.values(), *gauges.values()]:
-                    registry.unregister(metric)
-                raise
-            shared = _Shared(registry, counters, gauges)
-            _CACHE[id(registry)] = shared
-        shared.sources += 1
-        return shared
-
-
-def _release(shared: _Shared) -> None:
-    with _CACHE_LOCK:
-        shared.sources -= 1
-        if shared.sources > 0:
-            return
-        del _CACHE[id(shared.registry)]
-        for metric in [*shared.counters.values(), *shared.gauges.values()]:
-            shared.registry.unregister(metric)
+_Matcher = Callable[[MetricKey], bool]
 
 
 class SourceMetrics:
@@ -209,15 +59,15 @@ class SourceMetrics:
         """
         self._registry = REGISTRY if registry is None else registry
         self._source_name = source_name
-        self._shared = _acquire(self._registry)
+        self._shared = acquire(self._registry)
         self._token = id(self)
         self._closed = False
         # Caches read without a lock on the hot path; written only under the shared lock.
         self._consumed: dict[tuple[str, str], tuple[Counter, Counter]] = {}
-        self._counter_children: dict[_Key, Counter] = {}
-        self._gauge_children: dict[_Key, Gauge] = {}
+        self._counter_children: dict[MetricKey, Counter] = {}
+        self._gauge_children: dict[MetricKey, Gauge] = {}
         # Label sets of summed gauges this source has a part in.
-        self._parts: set[_Key] = set()
+        self._parts: set[MetricKey] = set()
 
     @property
     def source_name(self) -> str:
@@ -257,7 +107,7 @@ class SourceMetrics:
     ) -> None:
         """Set the offset gauges of one partition; a gauge whose argument is ``None`` is left unchanged."""
         labels = (cluster, topic, str(partition))
-        for name, value in ((_CURRENT, current), (_LAG, lag), (_COMMITTED, committed)):
+        for name, value in ((CURRENT, current), (LAG, lag), (COMMITTED, committed)):
             if value is not None:
                 child = self._gauge_children.get((name, labels)) or self._gauge_child(name, labels)
                 if child is not None:
@@ -265,37 +115,37 @@ class SourceMetrics:
 
     def set_assigned_splits(self, cluster: str, n: int) -> None:
         """Set how many splits of ``cluster`` this source has assigned to its readers."""
-        self._set_part(_SPLITS, (cluster,), n)
+        self._set_part(SPLITS, (cluster,), n)
 
     def set_active_clusters(self, n: int) -> None:
         """Set how many clusters this source reads from."""
-        self._set_part(_ACTIVE, (), n)
+        self._set_part(ACTIVE, (), n)
 
     def metadata_failure(self) -> None:
         """Count one failed stream metadata read."""
         if not self._closed:
-            self._shared.counters[_METADATA_FAILURES].inc()
+            self._shared.counters[METADATA_FAILURES].inc()
 
     def reconciliation(self) -> None:
         """Count one application of changed stream metadata."""
         if not self._closed:
-            self._shared.counters[_RECONCILIATIONS].inc()
+            self._shared.counters[RECONCILIATIONS].inc()
 
     def reader_restart(self, cluster: str) -> None:
         """Count one restart of a reader's client for ``cluster``."""
-        self._inc(_RESTARTS, (cluster,))
+        self._inc(RESTARTS, (cluster,))
 
     def deserialization_error(self, cluster: str, topic: str) -> None:
         """Count one record of ``topic`` on ``cluster`` skipped because the deserializer raised."""
-        self._inc(_DESER_ERRORS, (cluster, topic))
+        self._inc(DESER_ERRORS, (cluster, topic))
 
     def failover(self, cluster: str) -> None:
         """Count one takeover by a standby reader of splits of ``cluster``."""
-        self._inc(_FAILOVERS, (cluster,))
+        self._inc(FAILOVERS, (cluster,))
 
     def offset_reset(self, cluster: str, topic: str) -> None:
         """Count one out-of-range position of ``topic`` on ``cluster`` reset per ``auto.offset.reset``."""
-        self._inc(_OFFSET_RESETS, (cluster, topic))
+        self._inc(OFFSET_RESETS, (cluster, topic))
 
     # ---------------------------------------------------------------------------------------------- removal
 
@@ -322,7 +172,7 @@ class SourceMetrics:
                 return
             self._closed = True
             self._remove_locked(lambda key: True)
-        _release(self._shared)
+        release(self._shared)
 
     # ---------------------------------------------------------------------------------------------- helpers
 
@@ -331,7 +181,7 @@ class SourceMetrics:
             if self._closed:
                 return None
             labels = (cluster, topic)
-            pair = (self._own_counter((_RECORDS, labels)), self._own_counter((_BYTES, labels)))
+            pair = (self._own_counter((RECORDS, labels)), self._own_counter((BYTES, labels)))
             self._consumed[labels] = pair
             return pair
 
@@ -357,7 +207,7 @@ class SourceMetrics:
                 self._gauge_children[key] = child
             return child
 
-    def _own_counter(self, key: _Key) -> Counter:
+    def _own_counter(self, key: MetricKey) -> Counter:
         """The counter child of ``key``, taking a share of it.  Caller holds the shared lock."""
         child = self._counter_children.get(key)
         if child is None:
@@ -366,7 +216,7 @@ class SourceMetrics:
             self._counter_children[key] = child
         return child
 
-    def _take(self, key: _Key) -> None:
+    def _take(self, key: MetricKey) -> None:
         owners = self._shared.owners
         owners[key] = owners.get(key, 0) + 1
 
@@ -390,9 +240,9 @@ class SourceMetrics:
     def _remove_locked(self, match: _Matcher) -> None:
         """Drop this source's share of every label set ``match`` selects.  Caller holds the shared lock."""
         shared = self._shared
-        for labels in [k for k in self._consumed if match((_RECORDS, k))]:
+        for labels in [k for k in self._consumed if match((RECORDS, k))]:
             del self._consumed[labels]
-        owned: list[tuple[_Key, Counter | Gauge]] = []
+        owned: list[tuple[MetricKey, Counter | Gauge]] = []
         for ckey in [k for k in self._counter_children if match(k)]:
             owned.append((ckey, shared.counters[ckey[0]]))
             del self._counter_children[ckey]

@@ -15,7 +15,8 @@ from multicluster_source.framework._checkpoint import CheckpointStore
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._options import _SECRET_WORDS
 from multicluster_source.framework._records import SourceRecord
-from multicluster_source.ops._admin import AdminServer, RecordingSubscriber, check_admin_address, lag_rows
+from multicluster_source.ops._admin import AdminServer, check_admin_address
+from multicluster_source.ops._admin_target import RecordingSubscriber, lag_rows
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._local import Coordinator, Handoff, PositionTracker, ReaderRunner
 

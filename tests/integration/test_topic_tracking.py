@@ -18,13 +18,8 @@ from prometheus_client import CollectorRegistry
 from harness.kafka import Cluster, unique_name
 from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
 from multicluster_source import OffsetsInitializer
-from multicluster_source.ops._tracking import (
-    RESET_DISABLED,
-    TRACKING_DISABLED,
-    InMemoryTopicStatusStore,
-    KafkaTopicStatusStore,
-    TopicTrackingDisabledError,
-)
+from multicluster_source.ops._topic_stores import InMemoryTopicStatusStore, KafkaTopicStatusStore
+from multicluster_source.ops._tracking import RESET_DISABLED, TRACKING_DISABLED, TopicTrackingDisabledError
 from multicluster_source.testing import InMemoryMetadataService
 
 pytestmark = pytest.mark.integration

@@ -13,20 +13,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from multicluster_source.exceptions import ConfigurationError
-from multicluster_source.ops._admin import (
-    AdminServer,
-    check_admin_address,
-    lag_rows,
-    parse_admin_address,
-    render_status_page,
-)
+from multicluster_source.ops._admin import AdminServer, check_admin_address, parse_admin_address
+from multicluster_source.ops._admin_target import lag_rows
 from multicluster_source.ops._metrics import SourceMetrics
-from multicluster_source.ops._tracking import (
-    RESET_DISABLED,
-    TRACKING_DISABLED,
-    InMemoryTopicStatusStore,
-    TopicTracker,
-)
+from multicluster_source.ops._status_page import render_status_page
+from multicluster_source.ops._topic_stores import InMemoryTopicStatusStore
+from multicluster_source.ops._tracking import RESET_DISABLED, TRACKING_DISABLED, TopicTracker
 
 SECRET = "hunter2-very-secret"
 

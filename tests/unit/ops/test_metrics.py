@@ -6,7 +6,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 
-from multicluster_source.ops._metrics import METRIC_NAMES, SourceMetrics
+from multicluster_source.ops._metric_families import METRIC_NAMES
+from multicluster_source.ops._metrics import SourceMetrics
 
 PREFIX = "multicluster_source_"
 

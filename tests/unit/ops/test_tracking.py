@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from multicluster_source.exceptions import MultiClusterSourceError
-from multicluster_source.ops._tracking import (
-    RESET_DISABLED,
-    TRACKING_DISABLED,
+from multicluster_source.ops._topic_stores import (
     InMemoryTopicStatusStore,
     LocalTopicStatusStore,
     TopicStatusStore,
+)
+from multicluster_source.ops._tracking import (
+    RESET_DISABLED,
+    TRACKING_DISABLED,
     TopicTracker,
     TopicTrackingDisabledError,
     parse_topic_status_key,
@@ -309,7 +311,7 @@ def test_local_store_compacts_while_appending(tmp_path: Path) -> None:
 
 
 def test_stores_satisfy_the_protocol(tmp_path: Path) -> None:
-    from multicluster_source.ops._tracking import KafkaTopicStatusStore
+    from multicluster_source.ops._topic_stores import KafkaTopicStatusStore
 
     assert isinstance(InMemoryTopicStatusStore(), TopicStatusStore)
     assert isinstance(LocalTopicStatusStore(tmp_path / "x"), TopicStatusStore)
@@ -353,7 +355,7 @@ def test_builder_store_setters_conflict_and_validate() -> None:
 
 
 def test_default_store_is_a_file_in_the_checkpoint_dir_else_memory(tmp_path: Path) -> None:
-    from multicluster_source.ops._tracking import KafkaTopicStatusStore
+    from multicluster_source.ops._topic_stores import KafkaTopicStatusStore
 
     source = _builder().set_name("src").build()
     tracker = source.create_topic_tracker(str(tmp_path))

@@ -1,0 +1,201 @@
+"""The metric families of a source and their registration in a registry, shared by the sources on it.
+
+The metric names and labels are a contract (API.md section 6); there is deliberately no ``source`` label.
+Several sources may share one registry (the global one by default): the metric objects are then shared
+through a per-registry cache with reference counting (:func:`acquire`, :func:`release`), and
+
+* counters add up across those sources;
+* ``assigned_splits`` and ``active_clusters`` add up too (each source's own value is kept and the sum is
+  exported);
+* the per-partition offset gauges (``current_offset``, ``records_lag``, ``committed_offset``) show the value
+  written last when two sources read the same partition.
+
+What each source sets and removes is :class:`~multicluster_source.ops._metrics.SourceMetrics`.
+
+Threads: :func:`acquire` and :func:`release` run when a :class:`SourceMetrics` is created or closed (any
+thread; the cache has its own lock). The shared objects are then used from reader threads and the
+coordinator, under :attr:`SharedMetrics.lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+__all__ = [
+    "ACTIVE",
+    "BYTES",
+    "COMMITTED",
+    "CURRENT",
+    "DESER_ERRORS",
+    "FAILOVERS",
+    "LAG",
+    "METADATA_FAILURES",
+    "METRIC_NAMES",
+    "OFFSET_RESETS",
+    "RECONCILIATIONS",
+    "RECORDS",
+    "RESTARTS",
+    "SPLITS",
+    "Labels",
+    "MetricKey",
+    "SharedMetrics",
+    "acquire",
+    "release",
+]
+
+Labels = tuple[str, ...]
+MetricKey = tuple[str, Labels]  # (metric name, label values)
+
+RECORDS: Final = "multicluster_source_records_consumed"
+BYTES: Final = "multicluster_source_bytes_consumed"
+LAG: Final = "multicluster_source_records_lag"
+CURRENT: Final = "multicluster_source_current_offset"
+COMMITTED: Final = "multicluster_source_committed_offset"
+SPLITS: Final = "multicluster_source_assigned_splits"
+ACTIVE: Final = "multicluster_source_active_clusters"
+METADATA_FAILURES: Final = "multicluster_source_metadata_failures"
+RECONCILIATIONS: Final = "multicluster_source_reconciliations"
+RESTARTS: Final = "multicluster_source_reader_restarts"
+DESER_ERRORS: Final = "multicluster_source_deserialization_errors"
+FAILOVERS: Final = "multicluster_source_failovers"
+OFFSET_RESETS: Final = "multicluster_source_offset_resets"
+#: Gauges whose exported value is the sum of every source's own value.
+_SUMMED: Final = frozenset({SPLITS, ACTIVE})
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One metric: exposition name (without ``_total``), type, label names and help text."""
+
+    name: str
+    kind: type[Counter] | type[Gauge]
+    labels: tuple[str, ...]
+    doc: str
+
+
+_SPECS: Final[dict[str, _Spec]] = {
+    s.name: s
+    for s in (
+        _Spec(RECORDS, Counter, ("cluster", "topic"), "Records read from a topic of a cluster."),
+        _Spec(
+            BYTES,
+            Counter,
+            ("cluster", "topic"),
+            "Bytes of record keys and values read from a topic of a cluster.",
+        ),
+        _Spec(
+            LAG,
+            Gauge,
+            ("cluster", "topic", "partition"),
+            "Records between the next offset to read and the partition's high watermark.",
+        ),
+        _Spec(
+            CURRENT,
+            Gauge,
+            ("cluster", "topic", "partition"),
+            "Next offset the source will read from a partition.",
+        ),
+        _Spec(
+            COMMITTED,
+            Gauge,
+            ("cluster", "topic", "partition"),
+            "Offset last committed to the cluster for a partition.",
+        ),
+        _Spec(SPLITS, Gauge, ("cluster",), "Splits assigned to readers."),
+        _Spec(ACTIVE, Gauge, (), "Clusters the source reads from."),
+        _Spec(
+            METADATA_FAILURES,
+            Counter,
+            (),
+            "Stream metadata reads that failed (the last good metadata stayed in effect).",
+        ),
+        _Spec(RECONCILIATIONS, Counter, (), "Times the source applied changed stream metadata."),
+        _Spec(RESTARTS, Counter, ("cluster",), "Times a reader's client for a cluster was recreated."),
+        _Spec(
+            DESER_ERRORS,
+            Counter,
+            ("cluster", "topic"),
+            "Records skipped because the deserializer raised (deserialization-error-policy=skip).",
+        ),
+        _Spec(
+            FAILOVERS,
+            Counter,
+            ("cluster",),
+            "Times a standby reader took over the splits of a failed reader.",
+        ),
+        _Spec(
+            OFFSET_RESETS,
+            Counter,
+            ("cluster", "topic"),
+            "Times a partition's position was out of range (aged out of the log) and was reset per "
+            "auto.offset.reset.",
+        ),
+    )
+}
+
+#: Every exposed metric family name (counters with their ``_total`` suffix) -> label names.
+METRIC_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    (s.name + "_total" if s.kind is Counter else s.name): s.labels for s in _SPECS.values()
+}
+
+
+@dataclass
+class SharedMetrics:
+    """The metric objects of one registry, shared by every source on it.  Guarded by ``lock``."""
+
+    registry: CollectorRegistry
+    counters: dict[str, Counter]
+    gauges: dict[str, Gauge]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    sources: int = 0
+    #: label set -> number of sources using it (for metrics that are not summed).
+    owners: dict[MetricKey, int] = field(default_factory=dict)
+    #: label set of a summed gauge -> {source token: that source's value}.
+    parts: dict[MetricKey, dict[int, float]] = field(default_factory=dict)
+
+
+_CACHE_LOCK: Final = threading.Lock()
+_CACHE: dict[int, SharedMetrics] = {}  # id(registry) -> shared metrics; the entry holds the registry alive
+
+
+def acquire(registry: CollectorRegistry) -> SharedMetrics:
+    """The shared metrics of ``registry``, registering them for its first source; counts one more source.
+
+    Raises ``ValueError`` from prometheus-client when another collector of the registry already uses one
+    of the names (the registry is then left as it was).
+    """
+    with _CACHE_LOCK:
+        shared = _CACHE.get(id(registry))
+        if shared is None:
+            counters: dict[str, Counter] = {}
+            gauges: dict[str, Gauge] = {}
+            try:
+                for spec in _SPECS.values():
+                    if spec.kind is Counter:
+                        counters[spec.name] = Counter(spec.name, spec.doc, spec.labels, registry=registry)
+                    else:
+                        gauges[spec.name] = Gauge(spec.name, spec.doc, spec.labels, registry=registry)
+            except Exception:
+                # e.g. a name already registered by someone else: leave the registry as it was.
+                for metric in [*counters.values(), *gauges.values()]:
+                    registry.unregister(metric)
+                raise
+            shared = SharedMetrics(registry, counters, gauges)
+            _CACHE[id(registry)] = shared
+        shared.sources += 1
+        return shared
+
+
+def release(shared: SharedMetrics) -> None:
+    """Count one source less; unregister the metrics from the registry when it was the last."""
+    with _CACHE_LOCK:
+        shared.sources -= 1
+        if shared.sources > 0:
+            return
+        del _CACHE[id(shared.registry)]
+        for metric in [*shared.counters.values(), *shared.gauges.values()]:
+            shared.registry.unregister(metric)
