@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from multicluster_source.enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
+from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
 from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._settings import EnumeratorSettings
 from multicluster_source.enumerator._standby import (
     DefaultRackAwareStandbyAssignor,
     RackAwareStandbyAssignor,

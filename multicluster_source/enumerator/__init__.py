@@ -3,7 +3,11 @@
 What lives here:
 
 - ``_multicluster``: :class:`MultiClusterEnumerator`, which polls and listens to the metadata service,
-  reconciles per-cluster enumerators and assigns splits; it runs on the coordinator thread only.
+  reconciles per-cluster enumerators and assigns splits; it runs on the coordinator thread only. Its parts:
+  ``_settings`` (its configuration), ``_follow`` (when metadata is read again, failure counting),
+  ``_clusters`` (what changed between metadata versions; the running per-cluster enumerators),
+  ``_readers`` (handing splits to readers: registration, standbys, failover) and ``_commit`` (offset
+  commits of completed checkpoints).
 - ``_kafka`` and ``_proxy``: the per-cluster enumerator (partition discovery) behind a stoppable
   context proxy.
 - ``_offsets``: ``OffsetsInitializer`` (starting and stopping offsets), resolved with the admin client.

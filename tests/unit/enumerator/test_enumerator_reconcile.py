@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from multicluster_source import ClusterMetadata, KafkaStream, MetadataError, OffsetsInitializer
-from multicluster_source.enumerator._multicluster import EnumeratorSettings, MultiClusterEnumerator
+from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
+from multicluster_source.enumerator._settings import EnumeratorSettings
 from multicluster_source.enumerator._state import EnumeratorState
 from multicluster_source.framework._events import GetMetadataUpdateEvent, MetadataUpdateEvent, SourceEvent
 from multicluster_source.framework._split import KafkaPartitionSplit

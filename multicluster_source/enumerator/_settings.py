@@ -1,0 +1,49 @@
+"""The multi-cluster enumerator's configuration, :class:`EnumeratorSettings` (the source builds it from its
+options); every part of the enumerator reads it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from multicluster_source.enumerator._kafka import AdminFactory, default_admin_factory
+from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._standby import RackAwareStandbyAssignor
+from multicluster_source.metadata._model import KafkaMetadataService
+from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
+
+
+@dataclass(frozen=True)
+class EnumeratorSettings:
+    """The multi-cluster enumerator's configuration (built by the source from its options)."""
+
+    source_name: str
+    service: KafkaMetadataService
+    subscriber: KafkaStreamSubscriber
+    group_id: str | None
+    starting: OffsetsInitializer
+    stopping: OffsetsInitializer | None
+    client_properties: Mapping[str, str]
+    client_id_prefix: str
+    metadata_interval_s: float | None
+    """None: read metadata once (bounded, or ``stream-metadata-discovery-interval-ms=-1``)."""
+    failure_threshold: int
+    """Consecutive metadata failures before the source fails; -1 never."""
+    removed_retention_ms: int
+    partition_discovery_interval_s: float | None
+    commit_offsets: bool
+    mode: Literal["per_cluster", "global"]
+    metrics: Any
+    num_standby: int = 0
+    standby_assignor: RackAwareStandbyAssignor | None = None
+    debounce_s: float = 0.1
+    """Delay between a change notification and the metadata read it triggers (coalesces bursts)."""
+    admin_factory: AdminFactory = default_admin_factory
+    clock: Callable[[], float] = time.time
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the source stops at stopping offsets."""
+        return self.stopping is not None
