@@ -39,7 +39,7 @@ from multicluster_source.metadata import (
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
-from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataWriter, MetadataWriterFencedError
+from multicluster_source.metadata._topic_writer import KafkaTopicMetadataWriter, MetadataWriterFencedError
 from multicluster_source.ops._topic_stores import (
     KafkaTopicStatusStore,
     LocalTopicStatusStore,

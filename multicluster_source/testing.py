@@ -28,7 +28,8 @@ from pathlib import Path
 
 from multicluster_source.exceptions import MetadataError
 from multicluster_source.metadata._model import KafkaStream, MetadataListener
-from multicluster_source.metadata._parser import dump_streams, validate_streams
+from multicluster_source.metadata._parser import dump_streams
+from multicluster_source.metadata._validate import validate_streams
 
 __all__ = [
     "InMemoryMetadataService",

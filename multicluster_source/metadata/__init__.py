@@ -22,7 +22,7 @@ from multicluster_source.metadata._model import (
     MetadataListener,
     NotifyingMetadataService,
 )
-from multicluster_source.metadata._parser import dump_streams, parse_streams, validate_streams
+from multicluster_source.metadata._parser import dump_streams, parse_streams
 from multicluster_source.metadata._placeholders import redact_properties, resolve_properties
 from multicluster_source.metadata._static import StaticMetadataService
 from multicluster_source.metadata._subscriber import (
@@ -30,6 +30,7 @@ from multicluster_source.metadata._subscriber import (
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
+from multicluster_source.metadata._validate import validate_streams
 
 __all__ = [
     "ClusterMetadata",

@@ -21,6 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from multicluster_source.exceptions import MetadataError
+from multicluster_source.metadata._compose import STR_TAG, node_line
 from multicluster_source.metadata._file import (
     Loaded,
     WatchedMetadataService,
@@ -29,7 +30,7 @@ from multicluster_source.metadata._file import (
     read_metadata_bytes,
 )
 from multicluster_source.metadata._model import KafkaStream
-from multicluster_source.metadata._parser import STR_TAG, node_line, parse_streams
+from multicluster_source.metadata._parser import parse_streams
 
 __all__ = ["DEFAULT_KEY", "ConfigMapMetadataService"]
 

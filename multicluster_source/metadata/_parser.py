@@ -29,11 +29,14 @@ Decisions where the contract is silent:
   ``false``; null values are rejected. Placeholders are checked for syntax and kind (see ``_placeholders``).
 - Mapping keys must be unique; YAML merge keys (``<<``) are not supported. Unknown keys are logged once per
   (source, key path) and ignored, so newer files still load.
+
+Here: walking the node tree into streams (:func:`parse_streams`) and writing the format
+(:func:`dump_streams`). Turning text into that tree is in ``_compose``; the same rules applied to stream
+objects (:func:`validate_streams`) and the name rules are in ``_validate``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -43,149 +46,27 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from multicluster_source.exceptions import MetadataError, MetadataValidationError
-from multicluster_source.metadata._model import CLUSTER_ID_RE, TOPIC_RE, ClusterMetadata, KafkaStream
+from multicluster_source.exceptions import MetadataValidationError
+from multicluster_source.metadata._compose import STR_TAG, YAML_TAG, compose_text, describe_node, node_line
+from multicluster_source.metadata._model import CLUSTER_ID_RE, ClusterMetadata, KafkaStream
 from multicluster_source.metadata._placeholders import (
     find_placeholder_errors,
     warn_unresolvable_placeholders,
 )
+from multicluster_source.metadata._validate import DEFAULT_ID_CHARS, topic_name_problem
 
-__all__ = [
-    "compose_text",
-    "dump_streams",
-    "node_line",
-    "parse_node",
-    "parse_streams",
-    "topic_name_problem",
-    "validate_streams",
-]
+__all__ = ["dump_streams", "parse_node", "parse_streams"]
 
 _log = logging.getLogger("multicluster_source.metadata")
 
-_YAML = "tag:yaml.org,2002:"
-STR_TAG = _YAML + "str"
-_TAG_NAMES = {
-    STR_TAG: "a string",
-    _YAML + "int": "an integer",
-    _YAML + "float": "a number",
-    _YAML + "bool": "a boolean",
-    _YAML + "null": "null",
-    _YAML + "timestamp": "a timestamp",
-    _YAML + "binary": "binary data",
-}
-_NUMBER_TAGS = frozenset({_YAML + "int", _YAML + "float"})
+_NUMBER_TAGS = frozenset({YAML_TAG + "int", YAML_TAG + "float"})
 _BOOL_TRUE = frozenset({"yes", "true", "on"})
 
 _STREAM_KEYS = frozenset({"streamId", "clusterMetadataList"})
 _CLUSTER_KEYS = frozenset({"clusterId", "bootstrapServers", "topics", "properties"})
 
-# A defaulted cluster id is the bootstrap servers string; these characters keep split ids unambiguous.
-_DEFAULT_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:,[]")
-
 _warned_unknown: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
-
-
-def node_line(node: Node | None) -> int | None:
-    """The 1-based line where ``node`` starts, when the node carries a position."""
-    mark = getattr(node, "start_mark", None)
-    return None if mark is None else int(mark.line) + 1
-
-
-def _describe(node: Node) -> str:
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    return _TAG_NAMES.get(node.tag, f"a value tagged {node.tag}")
-
-
-def topic_name_problem(topic: str) -> str | None:
-    """Why ``topic`` is not a valid Kafka topic name, or None when it is."""
-    if topic in (".", ".."):
-        return f"{topic!r} is not a valid topic name"
-    if not TOPIC_RE.match(topic):
-        return f"{topic!r} is not a valid topic name (1 to 249 of: ASCII letters, digits, '.', '_', '-')"
-    return None
-
-
-def _cluster_id_problem(cluster_id: str, bootstrap_servers: str) -> str | None:
-    if CLUSTER_ID_RE.match(cluster_id):
-        return None
-    if cluster_id == bootstrap_servers and cluster_id and set(cluster_id) <= _DEFAULT_ID_CHARS:
-        return None
-    return f"cluster id {cluster_id!r} is invalid: use letters, digits, '.', '_' and '-'"
-
-
-# --------------------------------------------------------------------------------------------- composing
-
-
-def _json_to_node(value: Any) -> Node:
-    """A position-less YAML node tree for a decoded JSON value (used only if PyYAML rejects valid JSON)."""
-    if isinstance(value, dict):
-        return MappingNode(
-            _YAML + "map", [(ScalarNode(STR_TAG, str(k)), _json_to_node(v)) for k, v in value.items()]
-        )
-    if isinstance(value, list):
-        return SequenceNode(_YAML + "seq", [_json_to_node(v) for v in value])
-    if isinstance(value, bool):
-        return ScalarNode(_YAML + "bool", "true" if value else "false")
-    if value is None:
-        return ScalarNode(_YAML + "null", "null")
-    if isinstance(value, int):
-        return ScalarNode(_YAML + "int", str(value))
-    if isinstance(value, float):
-        return ScalarNode(_YAML + "float", repr(value))
-    return ScalarNode(STR_TAG, str(value))
-
-
-def _yaml_error(exc: yaml.YAMLError, source: str) -> MetadataError:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        parts = [p for p in (exc.context, exc.problem) if p]
-        return MetadataError(
-            f"invalid YAML: {'; '.join(parts) or 'parse error'} (column {mark.column + 1})",
-            source=source,
-            line=mark.line + 1,
-        )
-    return MetadataError(f"invalid YAML: {exc}", source=source)
-
-
-def _compose_yaml(text: str, source: str) -> Node | None:
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        raise _yaml_error(exc, source) from None
-    except RecursionError:
-        raise MetadataError("invalid YAML: nesting too deep", source=source) from None
-
-
-def compose_text(text: str, *, source: str) -> Node | None:
-    """Compose ``text`` (YAML, or JSON chosen by content) into a node tree; None for an empty document."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    stripped = text.lstrip(" \t\r\n")
-    if not stripped.startswith(("[", "{")):
-        return _compose_yaml(text, source)
-    try:
-        decoded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        try:
-            return yaml.compose(text, Loader=yaml.SafeLoader)
-        except (yaml.YAMLError, RecursionError):
-            pass
-        raise MetadataError(
-            f"invalid JSON: {exc.msg} (column {exc.colno})", source=source, line=exc.lineno
-        ) from None
-    except RecursionError:
-        raise MetadataError("invalid JSON: nesting too deep", source=source) from None
-    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
-        raise MetadataError(f"invalid JSON: {exc}", source=source) from None
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, RecursionError):
-        # Valid JSON that PyYAML (YAML 1.1) rejects, e.g. tab indentation: no line numbers then.
-        return _json_to_node(decoded)
 
 
 # --------------------------------------------------------------------------------------------- walking
@@ -209,13 +90,13 @@ class _Walker:
 
     def mapping(self, node: Node, path: str, what: str) -> dict[str, tuple[ScalarNode, Node]]:
         if not isinstance(node, MappingNode):
-            raise self.fail(f"{what} must be a mapping, got {_describe(node)}", node, path)
+            raise self.fail(f"{what} must be a mapping, got {describe_node(node)}", node, path)
         out: dict[str, tuple[ScalarNode, Node]] = {}
         for key_node, value_node in node.value:
-            if isinstance(key_node, ScalarNode) and key_node.tag == _YAML + "merge":
+            if isinstance(key_node, ScalarNode) and key_node.tag == YAML_TAG + "merge":
                 raise self.fail("YAML merge keys (<<) are not supported", key_node, path)
             if not isinstance(key_node, ScalarNode) or key_node.tag != STR_TAG:
-                raise self.fail(f"keys must be strings, got {_describe(key_node)}", key_node, path)
+                raise self.fail(f"keys must be strings, got {describe_node(key_node)}", key_node, path)
             name = key_node.value
             if name in out:
                 first = node_line(out[name][0])
@@ -249,7 +130,7 @@ class _Walker:
             if not node.value.strip():
                 raise self.fail(f"{what} must not be empty", key_node, path)
             return str(node.value)
-        raise self.fail(f"{what} must be a non-empty string, got {_describe(node)}", key_node, path)
+        raise self.fail(f"{what} must be a non-empty string, got {describe_node(node)}", key_node, path)
 
     def required(
         self, entries: Mapping[str, tuple[ScalarNode, Node]], name: str, owner: Node, path: str
@@ -271,10 +152,10 @@ class _FileParser:
         self.cluster_places: dict[str, tuple[ClusterMetadata, _Place]] = {}
 
     def parse(self, root: Node | None) -> set[KafkaStream]:
-        if root is None or (isinstance(root, ScalarNode) and root.tag == _YAML + "null"):
+        if root is None or (isinstance(root, ScalarNode) and root.tag == YAML_TAG + "null"):
             return set()
         if not isinstance(root, SequenceNode):
-            raise self.w.fail(f"the top level must be a list of streams, got {_describe(root)}", root, "")
+            raise self.w.fail(f"the top level must be a list of streams, got {describe_node(root)}", root, "")
         streams = {self.stream(item, f"[{i}]") for i, item in enumerate(root.value)}
         for stream in streams:
             for cluster in stream.clusters.values():
@@ -301,7 +182,7 @@ class _FileParser:
         key_node, value = self.w.required(entries, "clusterMetadataList", node, path)
         if not isinstance(value, SequenceNode):
             raise self.w.fail(
-                f"clusterMetadataList must be a list, got {_describe(value)}", key_node, list_path
+                f"clusterMetadataList must be a list, got {describe_node(value)}", key_node, list_path
             )
         if not value.value:
             raise self.w.fail(f"stream {stream_id!r} has an empty clusterMetadataList", key_node, list_path)
@@ -367,7 +248,7 @@ class _FileParser:
                 )
         else:
             cluster_id = servers
-            if not set(servers) <= _DEFAULT_ID_CHARS:
+            if not set(servers) <= DEFAULT_ID_CHARS:
                 raise w.fail(
                     f"clusterId is missing and bootstrapServers {servers!r} cannot serve as one (it holds "
                     "characters other than letters, digits and . _ - : , [ ]); set clusterId",
@@ -391,7 +272,7 @@ class _FileParser:
         key_node, value = w.required(entries, "topics", owner, path)
         if not isinstance(value, SequenceNode):
             raise w.fail(
-                f"topics must be a list of topic names, got {_describe(value)}", key_node, topics_path
+                f"topics must be a list of topic names, got {describe_node(value)}", key_node, topics_path
             )
         if not value.value:
             raise w.fail("topics must not be empty", key_node, topics_path)
@@ -411,7 +292,7 @@ class _FileParser:
             return {}
         value = entries["properties"][1]
         props_path = _join(path, "properties")
-        if isinstance(value, ScalarNode) and value.tag == _YAML + "null":
+        if isinstance(value, ScalarNode) and value.tag == YAML_TAG + "null":
             return {}
         props_entries = w.mapping(value, props_path, "properties")
         out: dict[str, str] = {}
@@ -421,11 +302,11 @@ class _FileParser:
                 raise w.fail("property names must not be empty", name_node, prop_path)
             if not isinstance(value_node, ScalarNode):
                 raise w.fail(
-                    f"property values must be scalars, got {_describe(value_node)}", value_node, prop_path
+                    f"property values must be scalars, got {describe_node(value_node)}", value_node, prop_path
                 )
-            if value_node.tag == _YAML + "null":
+            if value_node.tag == YAML_TAG + "null":
                 raise w.fail("property values must not be null", name_node, prop_path)
-            if value_node.tag == _YAML + "bool":
+            if value_node.tag == YAML_TAG + "bool":
                 text = "true" if str(value_node.value).lower() in _BOOL_TRUE else "false"
             else:
                 text = str(value_node.value)
@@ -448,63 +329,6 @@ def parse_streams(text: str, *, source: str) -> set[KafkaStream]:
 def parse_node(root: Node | None, *, source: str) -> set[KafkaStream]:
     """Like :func:`parse_streams` for an already composed node tree."""
     return _FileParser(source).parse(root)
-
-
-# --------------------------------------------------------------------------------------------- objects
-
-
-def validate_streams(streams: Iterable[KafkaStream], *, source: str) -> None:
-    """Apply the file rules to stream objects (no lines): raises :class:`MetadataValidationError`."""
-    stream_ids: dict[str, KafkaStream] = {}
-    clusters: dict[str, tuple[ClusterMetadata, str]] = {}
-
-    def fail(message: str, key: str) -> MetadataValidationError:
-        return MetadataValidationError(message, source=source, key=key)
-
-    for stream in streams:
-        if not isinstance(stream, KafkaStream):
-            raise fail(f"expected a KafkaStream, got {type(stream).__name__}", "streams")
-        sid = stream.stream_id
-        spath = f"streams[{sid!r}]"
-        if not isinstance(sid, str) or not sid.strip():
-            raise fail("stream ids must be non-empty strings", spath)
-        if sid in stream_ids:
-            raise fail(f"two different streams have the id {sid!r}", spath)
-        stream_ids[sid] = stream
-        if not stream.clusters:
-            raise fail(f"stream {sid!r} has no clusters", f"{spath}.clusters")
-        for cid, cluster in stream.clusters.items():
-            cpath = f"{spath}.clusters[{cid!r}]"
-            if cid != cluster.cluster_id:
-                raise fail(f"mapped under {cid!r} but its cluster_id is {cluster.cluster_id!r}", cpath)
-            if not isinstance(cluster.bootstrap_servers, str) or not cluster.bootstrap_servers.strip():
-                raise fail("bootstrap_servers must be a non-empty string", f"{cpath}.bootstrap_servers")
-            problem = _cluster_id_problem(cid, cluster.bootstrap_servers)
-            if problem:
-                raise fail(problem, cpath)
-            if not cluster.topics:
-                raise fail("topics must not be empty", f"{cpath}.topics")
-            for topic in sorted(cluster.topics, key=str):
-                problem = (
-                    topic_name_problem(topic) if isinstance(topic, str) else "topic names must be strings"
-                )
-                if problem:
-                    raise fail(problem, f"{cpath}.topics")
-            for key, value in cluster.properties.items():
-                if not isinstance(key, str) or not isinstance(value, str):
-                    raise fail("property names and values must be strings", f"{cpath}.properties")
-                for problem in find_placeholder_errors(value):
-                    raise fail(problem, f"{cpath}.properties[{key!r}]")
-            known = clusters.get(cid)
-            if known is None:
-                clusters[cid] = (cluster, cpath)
-            elif not known[0].same_connection(cluster):
-                what = (
-                    "bootstrap servers"
-                    if known[0].bootstrap_servers != cluster.bootstrap_servers
-                    else "properties"
-                )
-                raise fail(f"cluster {cid!r} has different {what} here and at {known[1]}", cpath)
 
 
 # --------------------------------------------------------------------------------------------- writing

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from multicluster_source.metadata._model import KafkaStream
-from multicluster_source.metadata._parser import validate_streams
+from multicluster_source.metadata._validate import validate_streams
 
 __all__ = ["StaticMetadataService"]
 

@@ -28,23 +28,24 @@ Compatibility: unknown keys, undecodable keys and malformed values are logged on
 so older readers survive newer writers; unknown fields of a value are ignored, and a value whose version is
 newer than 1 is read for the fields version 1 defines.
 
-:class:`MetadataLog` is the reader's state machine, free of Kafka so that it can be tested record by record;
-:func:`plan_publish` is the writer's diff against a :class:`MetadataSnapshot`.
+Here: the keys (:func:`parse_key`, :func:`cluster_key`, ...), the values and their codec
+(:func:`encode_value`, :func:`decode_value`). The reader's state machine that applies records in log order
+(:class:`MetadataLog`, free of Kafka so that it can be tested record by record) is in ``_topic_log``; the
+writer's diff against a :class:`MetadataSnapshot` (:func:`plan_publish`) is in ``_topic_plan``.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from multicluster_source.metadata._model import ClusterMetadata, KafkaStream
-from multicluster_source.metadata._parser import _cluster_id_problem, topic_name_problem, validate_streams
+from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._placeholders import find_placeholder_errors
+from multicluster_source.metadata._validate import cluster_id_problem, topic_name_problem
 
 __all__ = [
     "RECORD_VERSION",
@@ -52,26 +53,19 @@ __all__ = [
     "ClusterKey",
     "CommitKey",
     "MalformedRecord",
-    "MetadataLog",
-    "MetadataSnapshot",
     "PartKey",
-    "PlannedRecord",
     "RecordFormatError",
     "RecordKey",
     "RecordValue",
     "StreamCommit",
     "StreamPart",
-    "WritePlan",
     "cluster_key",
     "commit_key",
     "decode_value",
     "encode_value",
     "parse_key",
     "part_key",
-    "plan_publish",
 ]
-
-_log = logging.getLogger("multicluster_source.metadata")
 
 RECORD_VERSION = 1
 """The version written in every value by this library."""
@@ -268,7 +262,7 @@ def decode_value(key: RecordKey, data: bytes) -> ClusterDefinition | StreamPart 
     obj = _object(data)
     if isinstance(key, ClusterKey):
         servers = _text(obj, "bootstrapServers")
-        problem = _cluster_id_problem(key.cluster_id, servers)
+        problem = cluster_id_problem(key.cluster_id, servers)
         if problem:
             raise RecordFormatError(problem)
         raw = obj.get("properties", {})
@@ -296,344 +290,3 @@ def decode_value(key: RecordKey, data: bytes) -> ClusterDefinition | StreamPart 
     if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= _MAX_PARTS:
         raise RecordFormatError(f"'parts' must be an integer from 1 to {_MAX_PARTS}")
     return StreamCommit(parts)
-
-
-# --------------------------------------------------------------------------------------------- snapshot
-
-
-def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping))
-
-
-@dataclass(frozen=True, eq=True)
-class MetadataSnapshot:
-    """A consistent, immutable view of the metadata topic up to (excluding) log ``offset``.
-
-    - ``streams``: the streams in effect (stream id -> stream), each the last consistent version.
-    - ``clusters``: every cluster definition in the topic (cluster id -> definition), used or not.
-    - ``inconsistent``: ids of streams whose latest commit cannot be satisfied (see the module docs); a
-      stream in it may still be in ``streams`` with its last consistent version.
-    - ``stream_parts``: the parts of the commit each stream in ``streams`` was last applied from.
-    - ``log``: the latest value of every known key in the topic (tombstoned keys are absent); the writer
-      diffs against it.
-    - ``offset``: the next log offset to read; everything before it is reflected.
-    """
-
-    streams: Mapping[str, KafkaStream] = field(default_factory=dict)
-    clusters: Mapping[str, ClusterDefinition] = field(default_factory=dict)
-    inconsistent: frozenset[str] = frozenset()
-    stream_parts: Mapping[str, tuple[StreamPart, ...]] = field(default_factory=dict)
-    log: Mapping[str, RecordValue] = field(default_factory=dict)
-    offset: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("streams", "clusters", "stream_parts", "log"):
-            object.__setattr__(self, name, _frozen(getattr(self, name)))
-        object.__setattr__(self, "inconsistent", frozenset(self.inconsistent))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def stream_set(self) -> set[KafkaStream]:
-        """The streams in effect, as a set (what ``get_all_streams`` answers)."""
-        return set(self.streams.values())
-
-    def same_content(self, other: MetadataSnapshot) -> bool:
-        """Whether both hold the same streams, clusters, inconsistencies and log (offsets may differ)."""
-        return (
-            self.streams == other.streams
-            and self.clusters == other.clusters
-            and self.inconsistent == other.inconsistent
-            and self.stream_parts == other.stream_parts
-            and self.log == other.log
-        )
-
-
-# --------------------------------------------------------------------------------------------- the log
-
-
-class MetadataLog:
-    """Applies the records of the metadata topic in log order; no Kafka here, not thread-safe.
-
-    Feed it every record with :meth:`apply` (``key`` and ``value`` as bytes, ``value`` None for a
-    tombstone) and the consumer position with :meth:`advance`; read the result with :meth:`snapshot`.
-    ``version`` grows whenever the streams, clusters or inconsistencies in effect change.
-    """
-
-    def __init__(self, source: str = "metadata topic") -> None:
-        self.source = source
-        self.version = 0
-        """Incremented whenever streams, cluster definitions or inconsistencies change."""
-        self._offset = 0
-        self._clusters: dict[str, ClusterDefinition] = {}
-        self._committed: dict[str, tuple[StreamPart, ...]] = {}
-        self._pending: dict[str, dict[int, StreamPart]] = {}
-        self._bad_commits: dict[str, str] = {}  # stream id -> why its latest commit cannot be satisfied
-        self._unresolved: dict[str, str] = {}  # stream id -> which clusters its parts name are undefined
-        self._effective: dict[str, KafkaStream] = {}
-        self._applied: dict[str, tuple[StreamPart, ...]] = {}  # the parts each effective stream came from
-        self._latest: dict[str, RecordValue] = {}
-        self._warned: set[str] = set()
-
-    # ----------------------------------------------------------------------------------------- reading
-
-    @property
-    def offset(self) -> int:
-        """The next offset to read."""
-        return self._offset
-
-    def inconsistent(self) -> dict[str, str]:
-        """Stream id -> why its commit cannot be satisfied, for every inconsistent stream."""
-        out = dict(self._unresolved)
-        out.update(self._bad_commits)
-        return out
-
-    def snapshot(self) -> MetadataSnapshot:
-        """A copy of the current state."""
-        return MetadataSnapshot(
-            streams=self._effective,
-            clusters=self._clusters,
-            inconsistent=frozenset(self._bad_commits) | frozenset(self._unresolved),
-            stream_parts=self._applied,
-            log=self._latest,
-            offset=self._offset,
-        )
-
-    # ----------------------------------------------------------------------------------------- writing
-
-    def advance(self, offset: int) -> None:
-        """The consumer's position moved to ``offset`` (past transaction markers or aborted records)."""
-        self._offset = max(self._offset, offset)
-
-    def apply(self, key: bytes | str | None, value: bytes | None, offset: int) -> bool:
-        """Apply one record read at ``offset``; returns whether the state in effect changed."""
-        self._offset = max(self._offset, offset + 1)
-        if key is None:
-            self._warn_once(f"<no key>@{offset}", f"offset {offset}: record without a key skipped")
-            return False
-        if isinstance(key, bytes):
-            try:
-                text = key.decode("utf-8")
-            except UnicodeDecodeError:
-                self._warn_once(repr(key), f"offset {offset}: key {key!r} is not UTF-8; record skipped")
-                return False
-        else:
-            text = key
-        parsed = parse_key(text)
-        if parsed is None:
-            self._warn_once(
-                text, f"offset {offset}: unknown key {text!r} skipped (written by a newer writer?)"
-            )
-            return False
-        before = self.version
-        if value is None:
-            self._latest.pop(text, None)
-            self._tombstone(parsed)
-            return self.version != before
-        try:
-            decoded = decode_value(parsed, value)
-        except RecordFormatError as exc:
-            self._latest[text] = MalformedRecord(str(exc))
-            self._warn_once(text, f"offset {offset}: key {text!r}: malformed value skipped: {exc}")
-            return False
-        self._latest[text] = decoded
-        self._set(parsed, decoded, offset)
-        return self.version != before
-
-    # ----------------------------------------------------------------------------------------- internals
-
-    def _warn_once(self, marker: str, message: str) -> None:
-        if marker in self._warned:
-            return
-        self._warned.add(marker)
-        _log.warning("%s: %s", self.source, message)
-
-    def _changed(self) -> None:
-        self.version += 1
-
-    def _tombstone(self, key: RecordKey) -> None:
-        if isinstance(key, ClusterKey):
-            if self._clusters.pop(key.cluster_id, None) is not None:
-                self._changed()
-                self._rederive_users(key.cluster_id)
-        elif isinstance(key, PartKey):
-            pending = self._pending.get(key.stream_id)
-            if pending is not None:
-                pending.pop(key.index, None)
-        else:
-            sid = key.stream_id
-            self._pending.pop(sid, None)
-            self._committed.pop(sid, None)
-            self._applied.pop(sid, None)
-            gone = [
-                self._effective.pop(sid, None),
-                self._bad_commits.pop(sid, None),
-                self._unresolved.pop(sid, None),
-            ]
-            if any(g is not None for g in gone):
-                self._changed()
-
-    def _set(self, key: RecordKey, value: RecordValue, offset: int) -> None:
-        if isinstance(key, ClusterKey) and isinstance(value, ClusterDefinition):
-            if self._clusters.get(key.cluster_id) != value:
-                self._clusters[key.cluster_id] = value
-                self._changed()
-                self._rederive_users(key.cluster_id)
-        elif isinstance(key, PartKey) and isinstance(value, StreamPart):
-            self._pending.setdefault(key.stream_id, {})[key.index] = value
-        elif isinstance(key, CommitKey) and isinstance(value, StreamCommit):
-            self._commit(key.stream_id, value.parts, offset)
-
-    def _commit(self, sid: str, count: int, offset: int) -> None:
-        pending = self._pending.pop(sid, {})  # emptied whatever happens: the next commit needs fresh parts
-        missing = [i for i in range(count) if i not in pending]
-        parts = tuple(pending[i] for i in range(count) if i in pending)
-        ids = [p.cluster_id for p in parts]
-        duplicates = sorted({c for c in ids if ids.count(c) > 1})
-        problem: str | None = None
-        if missing:
-            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-            problem = f"the commit at offset {offset} names {count} parts but part(s) {shown} were not read"
-        elif duplicates:
-            problem = f"the commit at offset {offset} names cluster(s) {', '.join(duplicates)} twice"
-        if problem is not None:
-            _log.debug("%s: stream %r: %s", self.source, sid, problem)
-            if sid not in self._bad_commits:
-                self._changed()
-            self._bad_commits[sid] = problem
-            return
-        if self._bad_commits.pop(sid, None) is not None:
-            self._changed()
-        self._committed[sid] = parts
-        self._derive(sid)
-
-    def _rederive_users(self, cluster_id: str) -> None:
-        for sid, parts in self._committed.items():
-            if any(p.cluster_id == cluster_id for p in parts):
-                self._derive(sid)
-
-    def _derive(self, sid: str) -> None:
-        parts = self._committed[sid]
-        undefined = sorted({p.cluster_id for p in parts if p.cluster_id not in self._clusters})
-        if undefined:
-            problem = f"its parts name cluster(s) {', '.join(undefined)} that have no cluster record"
-            if self._unresolved.get(sid) != problem:
-                self._unresolved[sid] = problem
-                self._changed()
-            return
-        stream = KafkaStream(
-            sid, {p.cluster_id: self._clusters[p.cluster_id].with_topics(p.topics) for p in parts}
-        )
-        if self._unresolved.pop(sid, None) is not None:
-            self._changed()
-        self._applied[sid] = parts
-        if self._effective.get(sid) != stream:
-            self._effective[sid] = stream
-            self._changed()
-
-
-# --------------------------------------------------------------------------------------------- writing
-
-
-@dataclass(frozen=True)
-class PlannedRecord:
-    """One record to write: ``value`` None is a tombstone."""
-
-    key: str
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    """What a publish writes, in order, in one transaction, and what it means.
-
-    Order: changed cluster records; then for each written stream its parts, its commit, and tombstones of
-    parts it no longer has; then each deleted stream's commit tombstone and part tombstones; cluster
-    tombstones last.
-    """
-
-    records: tuple[PlannedRecord, ...] = ()
-    clusters_written: tuple[str, ...] = ()
-    clusters_deleted: tuple[str, ...] = ()
-    streams_written: tuple[str, ...] = ()
-    streams_deleted: tuple[str, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        """Whether there is nothing to write."""
-        return not self.records
-
-
-def plan_publish(
-    streams: Iterable[KafkaStream], *, current: MetadataSnapshot, source: str = "streams"
-) -> WritePlan:
-    """Diff ``streams`` (the wanted metadata) against ``current`` (what the topic holds).
-
-    A cluster record is written when its definition differs from the topic's; a stream's parts and commit
-    are all written when the stream is inconsistent, its committed parts differ, or any of its part or
-    commit records in the topic differs (a leftover part of an unfinished write must not survive
-    compaction alone). Streams and clusters the topic has but ``streams`` lacks get tombstones.
-    Raises :class:`~multicluster_source.exceptions.MetadataValidationError` (with ``source``) for streams
-    that break the metadata rules.
-    """
-    wanted = list(streams)
-    validate_streams(wanted, source=source)
-    clusters: dict[str, ClusterDefinition] = {}
-    parts: dict[str, tuple[StreamPart, ...]] = {}
-    for stream in wanted:
-        parts[stream.stream_id] = tuple(
-            StreamPart(cid, stream.clusters[cid].topics) for cid in sorted(stream.clusters)
-        )
-        for cluster in stream.clusters.values():
-            clusters[cluster.cluster_id] = ClusterDefinition.of(cluster)
-
-    log = current.log
-    present_parts: dict[str, set[int]] = {}
-    present_commits: set[str] = set()
-    present_clusters: set[str] = set()
-    for text in log:
-        parsed = parse_key(text)
-        if isinstance(parsed, PartKey):
-            present_parts.setdefault(parsed.stream_id, set()).add(parsed.index)
-        elif isinstance(parsed, CommitKey):
-            present_commits.add(parsed.stream_id)
-        elif isinstance(parsed, ClusterKey):
-            present_clusters.add(parsed.cluster_id)
-
-    records: list[PlannedRecord] = []
-    clusters_written = sorted(cid for cid, d in clusters.items() if log.get(cluster_key(cid)) != d)
-    records += [PlannedRecord(cluster_key(c), encode_value(clusters[c])) for c in clusters_written]
-
-    streams_written: list[str] = []
-    for sid in sorted(parts):
-        wanted_parts = parts[sid]
-        count = len(wanted_parts)
-        stale = sorted(i for i in present_parts.get(sid, ()) if i >= count)
-        differs = (
-            sid in current.inconsistent
-            or current.stream_parts.get(sid) != wanted_parts
-            or log.get(commit_key(sid)) != StreamCommit(count)
-            or any(log.get(part_key(sid, i)) != p for i, p in enumerate(wanted_parts))
-            or bool(stale)
-        )
-        if not differs:
-            continue
-        streams_written.append(sid)
-        records += [PlannedRecord(part_key(sid, i), encode_value(p)) for i, p in enumerate(wanted_parts)]
-        records.append(PlannedRecord(commit_key(sid), encode_value(StreamCommit(count))))
-        records += [PlannedRecord(part_key(sid, i), None) for i in stale]
-
-    known_streams = present_commits | set(present_parts) | set(current.streams) | set(current.inconsistent)
-    streams_deleted = sorted(known_streams - set(parts))
-    for sid in streams_deleted:
-        records.append(PlannedRecord(commit_key(sid), None))
-        records += [PlannedRecord(part_key(sid, i), None) for i in sorted(present_parts.get(sid, ()))]
-
-    clusters_deleted = sorted((present_clusters | set(current.clusters)) - set(clusters))
-    records += [PlannedRecord(cluster_key(c), None) for c in clusters_deleted]
-    return WritePlan(
-        records=tuple(records),
-        clusters_written=tuple(clusters_written),
-        clusters_deleted=tuple(clusters_deleted),
-        streams_written=tuple(streams_written),
-        streams_deleted=tuple(streams_deleted),
-    )

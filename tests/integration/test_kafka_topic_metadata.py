@@ -21,11 +21,7 @@ from harness.kafka import Cluster, free_port, unique_name
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream, wait_for
 from multicluster_source import KafkaStream, MetadataError, NotifyingMetadataService
 from multicluster_source.metadata import KafkaTopicMetadataService
-from multicluster_source.metadata._kafka_topic import (
-    KafkaTopicMetadataWriter,
-    MetadataTopicMissingError,
-    MetadataWriterFencedError,
-)
+from multicluster_source.metadata._topic_client import MetadataTopicMissingError
 from multicluster_source.metadata._topic_records import (
     ClusterDefinition,
     StreamCommit,
@@ -35,6 +31,7 @@ from multicluster_source.metadata._topic_records import (
     encode_value,
     part_key,
 )
+from multicluster_source.metadata._topic_writer import KafkaTopicMetadataWriter, MetadataWriterFencedError
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = pytest.mark.integration

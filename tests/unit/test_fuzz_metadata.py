@@ -38,9 +38,9 @@ from multicluster_source.metadata import (
     dump_streams,
     parse_streams,
 )
+from multicluster_source.metadata._topic_log import MetadataLog
 from multicluster_source.metadata._topic_records import (
     ClusterDefinition,
-    MetadataLog,
     StreamCommit,
     StreamPart,
     cluster_key,

@@ -5,7 +5,7 @@ import pytest
 
 from multicluster_source.exceptions import MetadataError, MetadataValidationError
 from multicluster_source.metadata import ClusterMetadata, KafkaStream, dump_streams, parse_streams
-from multicluster_source.metadata._parser import validate_streams
+from multicluster_source.metadata._validate import validate_streams
 
 CONTRACT_EXAMPLE = """\
 - streamId: orders

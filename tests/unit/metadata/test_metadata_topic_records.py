@@ -11,13 +11,13 @@ import pytest
 
 from multicluster_source.exceptions import MetadataValidationError
 from multicluster_source.metadata import ClusterMetadata, KafkaStream
+from multicluster_source.metadata._topic_log import MetadataLog, MetadataSnapshot
+from multicluster_source.metadata._topic_plan import plan_publish
 from multicluster_source.metadata._topic_records import (
     ClusterDefinition,
     ClusterKey,
     CommitKey,
     MalformedRecord,
-    MetadataLog,
-    MetadataSnapshot,
     PartKey,
     RecordFormatError,
     RecordKey,
@@ -29,7 +29,6 @@ from multicluster_source.metadata._topic_records import (
     encode_value,
     parse_key,
     part_key,
-    plan_publish,
 )
 
 EAST = ClusterDefinition("east", "east:9092")
