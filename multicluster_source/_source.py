@@ -20,9 +20,10 @@ from multicluster_source.enumerator._standby import (
 )
 from multicluster_source.enumerator._state import EnumeratorState
 from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.framework._clientprops import validate_client_properties
 from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._interfaces import ReaderContext, SplitEnumeratorContext
-from multicluster_source.framework._options import SourceOptions, split_properties, validate_client_properties
+from multicluster_source.framework._options import SourceOptions, split_properties
 from multicluster_source.framework._records import RawRecord, SourceRecord
 from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
 from multicluster_source.metadata._subscriber import (

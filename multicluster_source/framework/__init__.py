@@ -8,8 +8,9 @@ What lives here:
 - ``_interfaces``: the enumerator and reader interfaces, their contexts, and the batch a reader emits;
   which thread calls what.
 - ``_records``: ``SourceRecord`` and ``RawRecord``.
-- ``_options``: the validated ``SourceOptions`` and the split of user properties into source options and
-  client properties.
+- ``_options``: the option table, the validated ``SourceOptions`` and the split of user properties into
+  source options and client properties.
+- ``_clientprops``: the check of client properties by librdkafka (no broker contacted).
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store).

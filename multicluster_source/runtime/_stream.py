@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError, SourceFailedError
 from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._clientprops import _SECRET_WORDS
 from multicluster_source.framework._interfaces import RecordBatch
-from multicluster_source.framework._options import _SECRET_WORDS
 from multicluster_source.framework._records import SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 from multicluster_source.ops._admin_target import RecordingSubscriber, lag_rows

@@ -10,14 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.framework._clientprops import _shown, validate_client_properties
 from multicluster_source.framework._options import (
     MAX_MS,
     SOURCE_OPTION_KEYS,
     EnumeratorMode,
     SourceOptions,
-    _shown,
     split_properties,
-    validate_client_properties,
 )
 
 DEFAULTS = {
