@@ -1,6 +1,6 @@
 """Brokers for the benchmarks: Apache Kafka (KRaft, the test harness's) or tansu (embedded, in memory).
 
-Both come from the test harness (``tests/harness/kafka.py``): ``KafkaCluster`` runs Apache Kafka from the jars
+Both come from the test harness (``tests/harness/``): ``KafkaCluster`` runs Apache Kafka from the jars
 fetched with Maven into ``~/.cache/multicluster-source``; ``TansuCluster`` wraps
 ``multicluster_source.tools._embedded.EmbeddedTansuBroker``. ``started_clusters`` starts them in
 parallel and stops every one of them on the way out, whatever happens.
@@ -27,7 +27,7 @@ for _path in (str(REPO), str(REPO / "tests")):
 
 # Imported by name at run time: the harness is a test-tree package (``<repo>/tests`` on the path), which the
 # type checker need not resolve; ``Cluster`` below states the part of it the benchmarks use.
-_harness: Any = importlib.import_module("harness.kafka")
+_harness: Any = importlib.import_module("harness")
 KAFKA_VERSION: str = _harness.KAFKA_VERSION
 
 BROKER_KINDS = ("kafka", "tansu")

@@ -1,18 +1,17 @@
-"""Test harness: Kafka clusters (Apache Kafka from Maven Central, tansu, or external) and their helpers."""
+"""Test harness: Kafka clusters (Apache Kafka from Maven Central, tansu, or external) and their helpers.
 
-from .kafka import (
-    KAFKA_VERSION,
-    Cluster,
-    ClusterPool,
-    ClusterUnavailable,
-    ExternalCluster,
-    KafkaCluster,
-    TansuCluster,
-    ensure_kafka_libs,
-    free_port,
-    parse_external,
-    unique_name,
-)
+``cluster`` (the :class:`Cluster` interface and its client helpers), ``kafka`` (Apache Kafka KRaft, one node
+or rack clusters), ``tansu``, ``external``, ``pool`` (the session's clusters), ``maven`` (fetching Kafka's
+jars), ``processes`` (ports and broker processes); ``scenario`` and ``runtimes`` help the source's tests.
+"""
+
+from .cluster import Cluster, unique_name
+from .external import ExternalCluster
+from .kafka import KafkaCluster
+from .maven import KAFKA_VERSION, ensure_kafka_libs
+from .pool import ClusterPool, ClusterUnavailable, parse_external
+from .processes import free_port
+from .tansu import TansuCluster
 
 __all__ = [
     "KAFKA_VERSION",

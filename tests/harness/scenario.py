@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from multicluster_source import (
     ClusterMetadata,
     KafkaMetadataService,

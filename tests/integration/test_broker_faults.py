@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import builder, cluster_md, drain, settle, stream
 from multicluster_source import SourceRecord
 

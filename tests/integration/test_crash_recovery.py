@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
-from harness.kafka import Cluster, free_port, unique_name
+from harness.cluster import Cluster, unique_name
+from harness.processes import free_port
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream, wait_for
 from multicluster_source import KafkaStream, MetadataError, NotifyingMetadataService
 from multicluster_source.metadata import KafkaTopicMetadataService

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import (
     builder,
     cluster_md,

@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream, wait_for
 from multicluster_source import SourceRecord, SourceStream
 from multicluster_source.exceptions import SourceFailedError

@@ -13,7 +13,7 @@ import pytest
 from fuzz.inputs import random_mutation
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import builder, cluster_md, drain, stream, wait_for
 from multicluster_source import FileMetadataService, SourceStream
 from multicluster_source.exceptions import MetadataError

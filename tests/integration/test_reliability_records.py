@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import builder, cluster_md, drain, settle, stream
 from multicluster_source import RawRecord, SourceRecord
 

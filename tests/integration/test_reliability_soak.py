@@ -10,7 +10,7 @@ import os
 import pytest
 
 from benchmarks import bench_soak
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.runtimes import BackgroundRun, FileSink, positions, sink_rows, values
 from harness.scenario import builder, cluster_md, stream, wait_for
 from multicluster_source import FileMetadataService, OffsetsInitializer, RunControl, SourceFailedError

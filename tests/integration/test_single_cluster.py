@@ -8,7 +8,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster
+from harness.cluster import Cluster
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream
 from multicluster_source import (
     ClusterMetadata,

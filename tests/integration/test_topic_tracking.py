@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 from prometheus_client import CollectorRegistry
 
-from harness.kafka import Cluster, unique_name
+from harness.cluster import Cluster, unique_name
 from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
 from multicluster_source import OffsetsInitializer
 from multicluster_source.ops._topic_stores import InMemoryTopicStatusStore, KafkaTopicStatusStore

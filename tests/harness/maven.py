@@ -1,0 +1,84 @@
+"""Apache Kafka's jars for the tests, fetched from Maven Central with ``kafka-pom.xml`` into a cache outside
+the repository (``$MCS_KAFKA_CACHE``, default ``~/.cache/multicluster-source``)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+KAFKA_MAIN_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
+CACHE_ENV = "MCS_KAFKA_CACHE"
+
+_POM = Path(__file__).with_name("kafka-pom.xml")
+
+
+def kafka_cache_dir() -> Path:
+    """Where the Kafka jars of :data:`KAFKA_VERSION` are cached (``$MCS_KAFKA_CACHE``/kafka-<version>)."""
+    base = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "multicluster-source")
+    return Path(base).expanduser() / f"kafka-{KAFKA_VERSION}"
+
+
+_fetch_lock = threading.Lock()
+
+
+def ensure_kafka_libs(timeout: float = 900.0) -> Path:
+    """Return the directory of Kafka's jars, fetching them with Maven first if the cache is not complete.
+
+    A marker file holding the pom's digest tells a complete cache; an exclusive file lock makes concurrent
+    fetches (threads or processes) wait for one another instead of writing the same files.
+    """
+    cache = kafka_cache_dir()
+    libs, marker = cache / "libs", cache / "COMPLETE"
+    digest = hashlib.sha256(_POM.read_bytes()).hexdigest()
+
+    def complete() -> bool:
+        return marker.is_file() and marker.read_text().strip() == digest and (libs / KAFKA_MAIN_JAR).is_file()
+
+    if complete():
+        return libs
+    cache.mkdir(parents=True, exist_ok=True)
+    with _fetch_lock, open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not complete():
+                _fetch(cache, libs, marker, digest, timeout)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return libs
+
+
+def _fetch(cache: Path, libs: Path, marker: Path, digest: str, timeout: float) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError("Apache Kafka for the tests is fetched with Maven: install `mvn` (and Java 17+)")
+    marker.unlink(missing_ok=True)
+    staging = cache / f"libs.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copyfile(_POM, cache / "pom.xml")  # Maven writes nothing else beside its pom for this goal
+    command = [
+        mvn,
+        "-q",
+        "-B",
+        "-Dstyle.color=never",
+        "-f",
+        str(cache / "pom.xml"),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+        "-DincludeScope=runtime",
+    ]
+    result = subprocess.run(
+        command, cwd=cache, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+    )
+    if result.returncode != 0 or not (staging / KAFKA_MAIN_JAR).is_file():
+        shutil.rmtree(staging, ignore_errors=True)
+        output = (result.stdout + result.stderr)[-4000:]
+        raise RuntimeError(f"fetching Kafka {KAFKA_VERSION} failed ({' '.join(command)}):\n{output}")
+    shutil.rmtree(libs, ignore_errors=True)
+    staging.rename(libs)
+    marker.write_text(digest + "\n")
