@@ -22,7 +22,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._interfaces import ReaderContext, SplitEnumeratorContext
 from multicluster_source.framework._options import SourceOptions, split_properties, validate_client_properties
-from multicluster_source.framework._records import RawRecord, SourceRecord
+from multicluster_source.framework._records import MessageBatch, RawRecord, SourceRecord
 from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
 from multicluster_source.metadata._subscriber import (
     KafkaStreamSubscriber,
@@ -219,8 +219,6 @@ class MultiClusterKafkaSource:
         fetch = FetchSettings(
             source_name=self.name,
             reader_index=context.index,
-            deserializer=self.deserializer,
-            error_policy=self.options.deserialization_error_policy,
             batch_max_records=self.options.reader_batch_max_records,
             metrics=metrics,
             on_topic_read=on_topic_read,
@@ -259,21 +257,24 @@ class MultiClusterKafkaSource:
 
     def run(
         self,
-        handler: Callable[[list[SourceRecord]], object],
+        handler: Callable[[list[SourceRecord]], object] | Callable[[MessageBatch], object],
         parallelism: int = 1,
         *,
         runtime: str = "threads",
         checkpoint_dir: str | None = None,
         checkpoint_interval: float | None = None,
         registry: Any = None,
+        batches: bool = False,
         **runtime_options: Any,
     ) -> RunResult:
         """Push API: call ``handler(records)`` inside each of ``parallelism`` readers' workers with its
-        batches; block until a bounded source is read to its end and handled, or until stopped
-        (``control=RunControl()`` then ``control.stop()``, or ``stop_event=threading.Event()``); raise the
-        source's failure. ``runtime``: ``"threads"``, ``"processes"`` (one worker process per reader) or
-        ``"ray"`` (readers as Ray actors). Checkpoints cover exactly what the handlers returned from.
-        See the README section "Scaling out: runtimes" for the options of each runtime."""
+        batches (``batches=True``: ``handler(batch)`` with each :class:`MessageBatch` of the client's own
+        messages, no record built, no deserializer applied); block until a bounded source is read to its
+        end and handled, or until stopped (``control=RunControl()`` then ``control.stop()``, or
+        ``stop_event=threading.Event()``); raise the source's failure. ``runtime``: ``"threads"``,
+        ``"processes"`` (one worker process per reader) or ``"ray"`` (readers as Ray actors). Checkpoints
+        cover exactly what the handlers returned from. See the README section "Scaling out: runtimes"
+        for the options of each runtime."""
         from multicluster_source.runtime._push import run_source
 
         return run_source(
@@ -284,6 +285,7 @@ class MultiClusterKafkaSource:
             checkpoint_dir=checkpoint_dir,
             checkpoint_interval=checkpoint_interval,
             registry=registry,
+            batches=batches,
             **runtime_options,
         )
 

@@ -10,13 +10,19 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from multicluster_source.enumerator._state import state_split_ids
-from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError, SourceFailedError
+from multicluster_source.exceptions import (
+    ConfigurationError,
+    DeserializationError,
+    MultiClusterSourceError,
+    SourceFailedError,
+)
 from multicluster_source.framework._checkpoint import CheckpointStore
-from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._options import _SECRET_WORDS
-from multicluster_source.framework._records import SourceRecord
+from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, RecordingSubscriber, check_admin_address, lag_rows
 from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime._delivery import Delivery
 from multicluster_source.runtime._local import Coordinator, Handoff, PositionTracker, ReaderRunner
 
 if TYPE_CHECKING:
@@ -57,8 +63,6 @@ class SourceStream:
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._closed = False
-        self._pending: list[SourceRecord] = []
-        self._pending_batch: RecordBatch | None = None
         self._checkpoint_id = 0
         self._last_checkpoint = time.monotonic()
         self.restored_from: str | None = None
@@ -75,6 +79,10 @@ class SourceStream:
             _log.info("source=%s: restoring from checkpoint %s", self._name, restored.path)
         self._tracker = PositionTracker(restored.positions if restored else None)
         self._handoff = Handoff(source.options.reader_buffer_max_batches)
+        make_records = RecordMaker(
+            source.deserializer, source.options.deserialization_error_policy, self._metrics
+        )
+        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance)
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
         racks = dict(reader_racks or {})
         self._coordinator.racks = racks
@@ -172,37 +180,42 @@ class SourceStream:
 
         Raises the source's fatal error if it failed.
         """
-        self._raise_if_failed()
-        if self._closed:
+        if not self._before_poll():
             return []
-        if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
-            self.checkpoint()
-        out: list[SourceRecord] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < max_records:
-            if self._pending_batch is None:
-                wait = 0.0 if out else deadline - time.monotonic()
-                batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0)
-                if batch is None:
-                    if out or time.monotonic() >= deadline or self._error is not None or self.finished:
-                        break
-                    continue
-                self._pending_batch = batch
-                self._pending = list(batch.records)
-            room = max_records - len(out)
-            if len(self._pending) <= room:
-                out.extend(self._pending)
-                assert self._pending_batch is not None
-                self._tracker.advance(self._pending_batch.positions)
-                self._pending = []
-                self._pending_batch = None
-            else:
-                part, self._pending = self._pending[:room], self._pending[room:]
-                out.extend(part)
-                self._tracker.advance({r.split_id: r.offset + 1 for r in part})
+        try:
+            out = self._delivery.records(timeout, max_records, self._stop_waiting)
+        except DeserializationError as exc:  # policy "fail": the same for every reader, the source fails
+            self._fail(exc)
+            raise
         if not out:
             self._raise_if_failed()
         return out
+
+    def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
+        """Batches of the client's own messages that are ready (at most ``max_records`` messages in all),
+        ``[]`` after ``timeout`` seconds: no record is built, no deserializer applied (the zero-copy path).
+
+        May be mixed with :meth:`poll`; checkpoints cover every message of every batch returned. Raises the
+        source's fatal error if it failed.
+        """
+        if not self._before_poll():
+            return []
+        out = self._delivery.batches(timeout, max_records, self._stop_waiting)
+        if not out:
+            self._raise_if_failed()
+        return out
+
+    def _before_poll(self) -> bool:
+        """Raise the source's failure; take a periodic checkpoint when one is due; False when closed."""
+        self._raise_if_failed()
+        if self._closed:
+            return False
+        if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
+            self.checkpoint()
+        return True
+
+    def _stop_waiting(self) -> bool:
+        return self._closed or self._error is not None or self.finished
 
     def __iter__(self) -> Iterator[SourceRecord]:
         """Every record, blocking; ends when a bounded source finished or the stream was closed."""
@@ -221,7 +234,7 @@ class SourceStream:
         return (
             enumerator is not None
             and enumerator.is_finished()
-            and self._pending_batch is None
+            and not self._delivery.holding
             and self._handoff.empty()
         )
 
