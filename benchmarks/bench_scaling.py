@@ -7,17 +7,21 @@ measures, alternating and repeating, for each count ``n`` of 1, 2, 4:
 * ``raw-n``: ``n`` processes (``spawn``), process ``r`` owning partitions ``p % n == r`` of both topics;
   in each, one ``Consumer`` per cluster on a thread of its own (as the source's fetchers), assigned at the
   low watermark, ``consume(2000, 0.5)`` touching ``msg.value()``;
-* ``processes-n``: ``source.run(handler, parallelism=n, runtime="processes")``, bounded at the end offsets,
-  the handler touching ``record.value`` of every record;
-* ``threads-n``: the same on ``runtime="threads"`` (one process: the GIL's ceiling, for comparison).
+* ``processes-batches-n``: ``source.run(handler, parallelism=n, runtime="processes", batches=True)``,
+  bounded at the end offsets, the handler touching ``msg.value()`` of every message of each
+  ``MessageBatch`` (the zero-copy path: the figure measured against ``raw-n``);
+* ``processes-records-n``: the same with the record handler (``batches=False``), touching ``record.value``
+  of every ``SourceRecord``;
+* ``threads-n``: the batch handler on ``runtime="threads"`` (one process: the GIL's ceiling, for
+  comparison).
 
 Figures are records per second over the whole run, from starting the processes (or calling ``run``) until
 they are all done (so start-up and shut-down are in), and *steady*, from the first record any worker got to
 the last (workers report ``time.monotonic()``, one clock for every process on the machine). Both clients get
 ``fetch.queue.backoff.ms=10`` (the source's default). Nothing here asserts on speed.
 
-Run: ``python benchmarks/bench_scaling.py [--brokers kafka|tansu] [--records N | --quick] [--repeats 3]``;
-writes ``benchmarks/results/scaling.json``.
+Run: ``python benchmarks/bench_scaling.py [--brokers kafka|tansu] [--records N | --quick] [--repeats 3]
+[--counts 1,2,4]``; writes ``benchmarks/results/scaling.json``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from benchmarks.bench_throughput import Dataset, TopicData, _Drained, _raw_drain
 from multicluster_source import (
     ClusterMetadata,
     KafkaStream,
+    MessageBatch,
     MultiClusterKafkaSource,
     OffsetsInitializer,
     SourceRecord,
@@ -55,7 +60,13 @@ from multicluster_source import (
 DEFAULT_RECORDS = 1_000_000
 QUICK_RECORDS = 200_000
 COUNTS = (1, 2, 4)
-KINDS = ("raw", "processes", "threads")
+KINDS = ("raw", "processes-batches", "processes-records", "threads")
+#: How each source kind runs: (runtime, batches).
+SOURCE_KINDS: dict[str, tuple[str, bool]] = {
+    "processes-batches": ("processes", True),
+    "processes-records": ("processes", False),
+    "threads": ("threads", True),
+}
 PROPS = {"fetch.queue.backoff.ms": "10"}
 STALL_TIMEOUT_S = 120.0
 
@@ -120,8 +131,8 @@ def raw_drain(dataset: Dataset, count: int, reports: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- the source
 
 
-class CountingHandler:
-    """Touches every value, counts, and reports its first/last record times when its worker closes it.
+class _Counter:
+    """Counts what its handler touched and reports its first/last record times when its worker closes it.
 
     State is kept per handler thread: on ``runtime="threads"`` one object serves every reader."""
 
@@ -133,20 +144,37 @@ class CountingHandler:
     def open(self, reader_index: int) -> None:
         self._state[threading.get_ident()] = {"index": reader_index, "records": 0, "first": None, "last": 0.0}
 
-    def __call__(self, records: list[SourceRecord]) -> None:
-        for record in records:
-            record.value  # noqa: B018 - touch every value, as the raw drain does
+    def _count(self, n: int) -> None:
         now = time.monotonic()
         state = self._state[threading.get_ident()]
         if state["first"] is None:
             state["first"] = now
         state["last"] = now
-        state["records"] += len(records)
+        state["records"] += n
 
     def close(self) -> None:
         state = self._state.pop(threading.get_ident())
         report = {"pid": os.getpid(), **state}
         Path(self.reports, f"{self.prefix}{state['index']}.json").write_text(json.dumps(report))
+
+
+class CountingHandler(_Counter):
+    """The record handler (``batches=False``): touches ``record.value`` of every record."""
+
+    def __call__(self, records: list[SourceRecord]) -> None:
+        for record in records:
+            record.value  # noqa: B018 - touch every value, as the raw drain does
+        self._count(len(records))
+
+
+class BatchCountingHandler(_Counter):
+    """The batch handler (``batches=True``): touches ``msg.value()`` of every message of the batch, as the
+    raw drain does."""
+
+    def __call__(self, batch: MessageBatch) -> None:
+        for msg in batch.messages:
+            msg.value()
+        self._count(len(batch))
 
 
 def build_source(dataset: Dataset) -> MultiClusterKafkaSource:
@@ -166,16 +194,27 @@ def build_source(dataset: Dataset) -> MultiClusterKafkaSource:
     )
 
 
-def source_drain(dataset: Dataset, count: int, runtime: str, reports: Path) -> dict[str, Any]:
+def source_drain(dataset: Dataset, count: int, kind: str, reports: Path) -> dict[str, Any]:
+    """``source.run`` with ``count`` readers as ``kind`` (a key of SOURCE_KINDS) says."""
+    runtime, batches = SOURCE_KINDS[kind]
+    handler: CountingHandler | BatchCountingHandler = (
+        BatchCountingHandler(str(reports), f"{kind}-")
+        if batches
+        else CountingHandler(str(reports), f"{kind}-")
+    )
     source = build_source(dataset)
     start = time.monotonic()
     result = source.run(
-        CountingHandler(str(reports), f"{runtime}-"), count, runtime=runtime, registry=CollectorRegistry()
+        handler,
+        count,
+        runtime=runtime,
+        registry=CollectorRegistry(),
+        batches=batches,
     )
     elapsed = time.monotonic() - start
     if result.records != dataset.total:
-        raise RuntimeError(f"{runtime}-{count}: handled {result.records} of {dataset.total} records")
-    return _measure(reports, f"{runtime}-", elapsed, start)
+        raise RuntimeError(f"{kind}-{count}: handled {result.records} of {dataset.total} records")
+    return _measure(reports, f"{kind}-", elapsed, start)
 
 
 def _measure(reports: Path, prefix: str, elapsed: float, start: float) -> dict[str, Any]:
@@ -232,7 +271,7 @@ def run(
                     raise RuntimeError(f"{key}: {m['records']} of {dataset.total} records")
                 runs.setdefault(key, []).append(m)
                 print(
-                    f"  [{repeat + 1}/{repeats}] {key:12s} {m['rate']:>12,.0f} rec/s "
+                    f"  [{repeat + 1}/{repeats}] {key:20s} {m['rate']:>12,.0f} rec/s "
                     f"(steady {m['steady_rate']:,.0f}) in {m['seconds']:.2f} s",
                     flush=True,
                 )
@@ -241,10 +280,14 @@ def run(
     ratios = {}
     scaling = {}
     for n in counts:
+        raw, steady_raw = rates[f"raw-{n}"]["median"], steady[f"raw-{n}"]["median"]
         ratios[str(n)] = {
-            "processes_over_raw": rates[f"processes-{n}"]["median"] / rates[f"raw-{n}"]["median"],
-            "steady_processes_over_raw": steady[f"processes-{n}"]["median"] / steady[f"raw-{n}"]["median"],
-            "threads_over_raw": rates[f"threads-{n}"]["median"] / rates[f"raw-{n}"]["median"],
+            # "processes" is the batch handler: the processes runtime's figure measured against raw
+            "processes_over_raw": rates[f"processes-batches-{n}"]["median"] / raw,
+            "steady_processes_over_raw": steady[f"processes-batches-{n}"]["median"] / steady_raw,
+            "processes_records_over_raw": rates[f"processes-records-{n}"]["median"] / raw,
+            "steady_processes_records_over_raw": steady[f"processes-records-{n}"]["median"] / steady_raw,
+            "threads_over_raw": rates[f"threads-{n}"]["median"] / raw,
         }
         scaling[str(n)] = {
             kind: rates[f"{kind}-{n}"]["median"] / rates[f"{kind}-{counts[0]}"]["median"] for kind in KINDS
@@ -264,8 +307,12 @@ def run(
             "client_properties": PROPS,
             "raw": "n spawn processes; partitions p % n == r of both topics; one consumer per cluster on "
             "its own thread; consume(2000, 0.5), msg.value() on each",
-            "source": "source.run(handler, parallelism=n, runtime=...), bounded at the end offsets; the "
-            "handler touches record.value of each record",
+            "source": "source.run(handler, parallelism=n, runtime=..., batches=...), bounded at the end "
+            "offsets; the batch handler touches msg.value() of each message of each MessageBatch, the record "
+            "handler record.value of each record",
+            "kinds": {kind: {"runtime": rt, "batches": b} for kind, (rt, b) in SOURCE_KINDS.items()},
+            "ratios": "processes_over_raw and its steady_ twin: processes-batches over raw; "
+            "processes_records_over_raw: processes-records over raw; threads_over_raw: threads over raw",
             "timed": "rate: start of the processes / run() call to all done; steady: first to last record",
         },
         "produce_seconds": produce_s,
@@ -281,8 +328,9 @@ def _k(value: float) -> str:
     return f"{value / 1000:,.0f}k"
 
 
-def table_rows(result: dict[str, Any]) -> list[tuple[int, str, str, str, str, str, str]]:
-    """(workers, raw, processes, threads, processes / raw, steady processes / raw, processes scaling)."""
+def table_rows(result: dict[str, Any]) -> list[tuple[int, str, str, str, str, str, str, str, str]]:
+    """(workers, raw, processes batches, processes records, threads, batches / raw, steady batches / raw,
+    records / raw, batches scaling) for every worker count."""
     rows = []
     rates, ratios, scaling = result["records_per_second"], result["ratios"], result["scaling_over_1"]
     for n in result["config"]["counts"]:
@@ -292,15 +340,18 @@ def table_rows(result: dict[str, Any]) -> list[tuple[int, str, str, str, str, st
             return f"{_k(s['median'])} [{_k(s['min'])}-{_k(s['max'])}]"
 
         r = ratios[str(n)]
+        records_over_raw = rates[f"processes-records-{n}"]["median"] / rates[f"raw-{n}"]["median"]
         rows.append(
             (
                 n,
                 cell("raw"),
-                cell("processes"),
+                cell("processes-batches"),
+                cell("processes-records"),
                 cell("threads"),
                 f"{r['processes_over_raw']:.2f}",
                 f"{r['steady_processes_over_raw']:.2f}",
-                f"{scaling[str(n)]['processes']:.2f}x (raw {scaling[str(n)]['raw']:.2f}x)",
+                f"{records_over_raw:.2f}",
+                f"{scaling[str(n)]['processes-batches']:.2f}x (raw {scaling[str(n)]['raw']:.2f}x)",
             )
         )
     return rows
@@ -315,9 +366,10 @@ def format_table(result: dict[str, Any]) -> str:
     )
     lines = [
         head,
-        "| workers | raw confluent-kafka (n processes) | runtime=processes | runtime=threads "
-        "| processes / raw | steady processes / raw | processes scaling vs 1 |",
-        "|---|---|---|---|---|---|---|",
+        "| workers | raw confluent-kafka (n processes) | runtime=processes, batches | runtime=processes, "
+        "records | runtime=threads, batches | batches / raw | steady batches / raw | records / raw "
+        "| batches scaling vs 1 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table_rows(result):
         lines.append("| " + " | ".join(str(c) for c in row) + " |")
@@ -339,10 +391,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=None, help=f"default {DEFAULT_RECORDS:,}")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS:,} records")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--counts",
+        default=",".join(str(n) for n in COUNTS),
+        help="comma-separated worker counts, the first one the scaling base (default: "
+        + ",".join(str(n) for n in COUNTS)
+        + ")",
+    )
     args = parser.parse_args(argv)
+    try:
+        counts = [int(c) for c in args.counts.split(",") if c.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        parser.error(f"--counts: positive integers, got {args.counts!r}")
     records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
     with started_clusters(args.brokers, 2) as clusters:
-        result = run(clusters, records=records, repeats=args.repeats, brokers=args.brokers)
+        result = run(clusters, records=records, repeats=args.repeats, brokers=args.brokers, counts=counts)
     print(format_table(result))
     print(f"written: {write_result(result)}")
     return 0

@@ -1,26 +1,38 @@
-"""Throughput: the source against a raw confluent-kafka drain of the same records, in one run.
+"""Throughput: the source's batch path and record path against a raw confluent-kafka drain, in one run.
 
 Produces N records (100-byte values, 4 partitions per topic, batching producer) on one cluster (or half on
-each of two with ``--clusters 2``), then measures, alternating a, b, c, d and repeating:
+each of two with ``--clusters 2``), then measures, alternating in this order and repeating:
 
-(a) raw, 1 reader: one ``Consumer`` assigned to every partition from the beginning, ``consume(2000, 0.5)``
+``raw-1``
+    raw, 1 reader: one ``Consumer`` assigned to every partition from the beginning, ``consume(2000, 0.5)``
     touching ``msg.value()`` until N records (with two clusters: one consumer per cluster, drained one after
     the other on the same thread);
-(b) the source, parallelism 1: ``stream.poll(max_records=10000)`` until N records (unbounded, earliest);
-(c) the source, parallelism 2 (the enumerator spreads the partitions over two readers);
-(d) raw, 2 readers: two threads over disjoint partitions (partitions 0-1 and 2-3 of every topic).
+``batches-1``
+    the source's batch path, parallelism 1: ``stream.poll_batches(max_records=10000)`` until N records
+    (unbounded, earliest), touching ``msg.value()`` of every message of every ``MessageBatch``;
+``records-1``
+    the source's record path, parallelism 1: ``stream.poll(max_records=10000)`` touching ``record.value``;
+``batches-2``, ``records-2``
+    the same with parallelism 2 (the enumerator spreads the partitions over two readers);
+``raw-2``
+    raw, 2 readers: two threads over disjoint partitions (partitions 0-1 and 2-3 of every topic).
 
 Each figure is records / second from creating the client (or opening the source) to the N-th record, so it
 includes start-up (connecting, metadata, the first fetch); a second figure counts from the first record on.
+The ratios are batches / raw and records / raw, for 1 and for 2 readers.
 
-All four run under each *client variant*: ``defaults`` (librdkafka's and the source's own defaults) and
-``fast-refetch`` (``fetch.queue.backoff.ms=10`` on the raw consumers and the source alike). librdkafka 2.x
+Every kind runs under each selected *client variant* (``--variants``): ``fast-refetch`` (the default:
+``fetch.queue.backoff.ms=10`` on the raw consumers, which the source sets itself) and ``defaults``
+(librdkafka's defaults on the raw consumers, the source's own defaults on the source). librdkafka 2.x
 postpones a partition's next fetch by ``fetch.queue.backoff.ms`` (default 1000 ms) whenever its local queue
 is over ``queued.min.messages`` / ``queued.max.messages.kbytes``; a reader slower than the network hits
-that on every drain, so the defaults measure those pauses as much as the reading.
+that on every drain, so a raw loop on the defaults measures those pauses as much as the reading.
+
+``--profile`` also runs one record-path drain and one batch-path drain (parallelism 1, last variant) under
+cProfile and writes ``results/profile-record-path.txt`` and ``results/profile-batch-path.txt``.
 
 Nothing here asserts on speed. Run: ``python benchmarks/bench_throughput.py [--brokers kafka|tansu]
-[--records N | --quick] [--clusters 2] [--profile]``.
+[--records N | --quick] [--clusters 2] [--variants fast-refetch,defaults] [--repeats 3] [--profile]``.
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ from multicluster_source import (
     KafkaStream,
     MultiClusterKafkaSource,
     OffsetsInitializer,
+    SourceStream,
     StaticMetadataService,
 )
 
@@ -66,18 +79,24 @@ QUICK_RECORDS = 100_000
 PARTITIONS = 4
 VALUE_SIZE = 100
 STALL_TIMEOUT_S = 120.0
-KINDS = ("raw-1", "source-1", "source-2", "raw-2")
+KINDS = ("raw-1", "batches-1", "records-1", "batches-2", "records-2", "raw-2")
 LABELS = {
-    "raw-1": "(a) raw confluent-kafka, 1 consumer",
-    "source-1": "(b) source, parallelism=1",
-    "source-2": "(c) source, parallelism=2",
-    "raw-2": "(d) raw confluent-kafka, 2 consumers in 2 threads",
+    "raw-1": "raw confluent-kafka, 1 consumer",
+    "batches-1": "source batch path (poll_batches), parallelism=1",
+    "records-1": "source record path (poll), parallelism=1",
+    "batches-2": "source batch path (poll_batches), parallelism=2",
+    "records-2": "source record path (poll), parallelism=2",
+    "raw-2": "raw confluent-kafka, 2 consumers in 2 threads",
 }
-#: Client properties given to the raw consumers and to the source alike, by variant name.
+#: The source's two ways of handing over what it read, by the name used in KINDS.
+PATHS = ("batches", "records")
+#: Client properties given to the raw consumers and to the source alike, by variant name. The source sets
+#: ``fetch.queue.backoff.ms=10`` itself, so ``fast-refetch`` gives the raw consumers what the source has.
 VARIANTS: dict[str, dict[str, str]] = {
     "defaults": {},
     "fast-refetch": {"fetch.queue.backoff.ms": "10"},
 }
+DEFAULT_VARIANTS = ("fast-refetch",)
 
 
 @dataclass(frozen=True)
@@ -275,8 +294,31 @@ def build_source(dataset: Dataset, props: Mapping[str, str]) -> MultiClusterKafk
     )
 
 
-def source_drain(dataset: Dataset, parallelism: int, props: Mapping[str, str]) -> Measurement:
-    """Open the source with ``parallelism`` readers and poll until every record came."""
+def _take_batches(stream: SourceStream) -> int:
+    """The batch path: ``poll_batches``, touching ``msg.value()`` of every message; how many came."""
+    got = 0
+    for batch in stream.poll_batches(timeout=0.5, max_records=10_000):
+        for msg in batch.messages:
+            msg.value()
+        got += len(batch)
+    return got
+
+
+def _take_records(stream: SourceStream) -> int:
+    """The record path: ``poll``, touching ``record.value`` of every record; how many came."""
+    records = stream.poll(timeout=0.5, max_records=10_000)
+    for record in records:
+        record.value  # noqa: B018 - touch every value, as the raw drains do
+    return len(records)
+
+
+TAKERS: dict[str, Callable[[SourceStream], int]] = {"batches": _take_batches, "records": _take_records}
+
+
+def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[str, str]) -> Measurement:
+    """Open the source with ``parallelism`` readers and take from it along ``path`` (``"batches"`` or
+    ``"records"``) until every record came."""
+    take = TAKERS[path]
     expected = dataset.total
     source = build_source(dataset, props)
     got = 0
@@ -286,37 +328,38 @@ def source_drain(dataset: Dataset, parallelism: int, props: Mapping[str, str]) -
     try:
         last_progress = time.monotonic()
         while got < expected:
-            records = stream.poll(timeout=0.5, max_records=10_000)
-            if records:
+            n = take(stream)
+            if n:
                 if first is None:
                     first = time.perf_counter() - start
-                for record in records:
-                    record.value  # noqa: B018 - touch every value, as the raw drains do
-                got += len(records)
+                got += n
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise RuntimeError(f"source drain stalled at {got}/{expected}")
+                raise RuntimeError(f"source drain ({path}) stalled at {got}/{expected}")
         elapsed = time.perf_counter() - start
     finally:
         closing = time.perf_counter()
         stream.close()
         close_s = time.perf_counter() - closing
-    return Measurement(f"source-{parallelism}", got, elapsed, first, close_s)
+    return Measurement(f"{path}-{parallelism}", got, elapsed, first, close_s)
 
 
-RUNNERS: dict[str, Callable[[Dataset, Mapping[str, str]], Measurement]] = {
-    "raw-1": lambda d, props: raw_drain(d, 1, props),
-    "source-1": lambda d, props: source_drain(d, 1, props),
-    "source-2": lambda d, props: source_drain(d, 2, props),
-    "raw-2": lambda d, props: raw_drain(d, 2, props),
-}
+def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measurement:
+    """One measurement of ``kind`` (one of KINDS: ``raw-N``, ``batches-N`` or ``records-N``)."""
+    name, readers = kind.rsplit("-", 1)
+    if name == "raw":
+        return raw_drain(dataset, int(readers), props)
+    return source_drain(dataset, name, int(readers), props)
 
 
 # ----------------------------------------------------------------------------------------------- profiling
 
 
-def profile_source(dataset: Dataset, props: Mapping[str, str], parallelism: int = 1, top: int = 25) -> str:
-    """One source drain under cProfile on every Python thread; the report as text."""
+def profile_source(
+    dataset: Dataset, props: Mapping[str, str], path: str = "records", parallelism: int = 1, top: int = 25
+) -> str:
+    """One source drain along ``path`` (``"records"``: ``poll``; ``"batches"``: ``poll_batches``) under
+    cProfile on every Python thread; the report as text."""
     profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
 
@@ -330,7 +373,7 @@ def profile_source(dataset: Dataset, props: Mapping[str, str], parallelism: int 
     threading.setprofile(start_thread_profile)
     main.enable()
     try:
-        measurement = source_drain(dataset, parallelism, props)
+        measurement = source_drain(dataset, path, parallelism, props)
     finally:
         main.disable()
         threading.setprofile(None)
@@ -339,7 +382,8 @@ def profile_source(dataset: Dataset, props: Mapping[str, str], parallelism: int 
     for profile in profiles:
         stats.add(profile)
     out.write(
-        f"cProfile of one source drain, parallelism={parallelism}, client properties {dict(props)}: "
+        f"cProfile of one source drain on the {PATH_NAMES[path]}, parallelism={parallelism}, client "
+        f"properties {dict(props)}: "
         f"{measurement.records} records in {measurement.seconds:.2f} s under the profiler "
         f"({measurement.rate:,.0f} records/s; the profiler slows Python code several times: read the shares, "
         f"not the absolute times).\nEvery Python thread is profiled (caller, fetch threads, coordinator, "
@@ -353,6 +397,10 @@ def profile_source(dataset: Dataset, props: Mapping[str, str], parallelism: int 
 
 
 # ----------------------------------------------------------------------------------------------- running
+
+
+PATH_NAMES = {"batches": "batch path (poll_batches)", "records": "record path (poll)"}
+PROFILE_FILES = {"records": "profile-record-path.txt", "batches": "profile-batch-path.txt"}
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -369,10 +417,11 @@ def _variant_result(props: Mapping[str, str], runs: dict[str, list[Measurement]]
         "records_per_second_from_first_record": steady,
         "first_record_seconds": firsts,
         "ratios": {
-            "source_over_raw_1_reader": summary["source-1"]["median"] / summary["raw-1"]["median"],
-            "source_over_raw_2_readers": summary["source-2"]["median"] / summary["raw-2"]["median"],
-            "steady_source_over_raw_1_reader": steady["source-1"]["median"] / steady["raw-1"]["median"],
-            "steady_source_over_raw_2_readers": steady["source-2"]["median"] / steady["raw-2"]["median"],
+            f"{prefix}{path}_over_raw_{suffix}": rates[f"{path}-{readers}"]["median"]
+            / rates[f"raw-{readers}"]["median"]
+            for prefix, rates in (("", summary), ("steady_", steady))
+            for readers, suffix in ((1, "1_reader"), (2, "2_readers"))
+            for path in PATHS
         },
         "runs": {
             kind: [
@@ -396,12 +445,13 @@ def run(
     *,
     records: int = DEFAULT_RECORDS,
     repeats: int = 3,
-    variants: Sequence[str] = tuple(VARIANTS),
+    variants: Sequence[str] = DEFAULT_VARIANTS,
     brokers: str = "kafka",
     profile: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Produce, then measure a-b-c-d under each variant, ``repeats`` times alternating; the JSON result."""
+    """Produce, then measure every kind under each variant, ``repeats`` times alternating; the JSON
+    result."""
     started = time.perf_counter()
     log(f"throughput: producing {records:,} records on {len(clusters)} cluster(s)...")
     t0 = time.perf_counter()
@@ -412,7 +462,7 @@ def run(
     for rep in range(repeats):
         for variant in variants:
             for kind in KINDS:
-                m = RUNNERS[kind](dataset, VARIANTS[variant])
+                m = run_kind(kind, dataset, VARIANTS[variant])
                 if m.records != dataset.total:
                     log(f"  note: {kind} returned {m.records} records for {dataset.total} produced")
                 runs[variant][kind].append(m)
@@ -434,7 +484,9 @@ def run(
             "order": [f"{v}/{k}" for v in variants for k in KINDS],
             "raw_consume": "consume(2000, 0.5) (never more than are left), msg.value() on each; "
             "assigned at the low watermark",
-            "source_poll": "poll(timeout=0.5, max_records=10000), record.value on each",
+            "batch_path": "poll_batches(timeout=0.5, max_records=10000), msg.value() on each message of "
+            "each batch",
+            "record_path": "poll(timeout=0.5, max_records=10000), record.value on each record",
             "timed_from": "client creation / source.open() to the N-th record",
             "labels": LABELS,
         },
@@ -443,12 +495,14 @@ def run(
     }
     if profile:
         variant = variants[-1]
-        log(f"throughput: profiling one source drain (parallelism=1, {variant})...")
-        text = profile_source(dataset, VARIANTS[variant])
+        result["profile"] = {"variant": variant}
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / "profile-throughput.txt"
-        path.write_text(text)
-        result["profile"] = {"variant": variant, "path": str(path.relative_to(RESULTS_DIR.parent.parent))}
+        for path_kind in ("records", "batches"):
+            log(f"throughput: profiling the {PATH_NAMES[path_kind]}, parallelism=1, {variant}...")
+            text = profile_source(dataset, VARIANTS[variant], path_kind)
+            out = RESULTS_DIR / PROFILE_FILES[path_kind]
+            out.write_text(text)
+            result["profile"][f"{path_kind}_path"] = str(out.relative_to(RESULTS_DIR.parent.parent))
     result["benchmark_seconds"] = time.perf_counter() - started
     return result
 
@@ -461,8 +515,9 @@ def _cell(stats: dict[str, float]) -> str:
     return f"{_k(stats['median'])} [{_k(stats['min'])}-{_k(stats['max'])}]"
 
 
-def table_rows(result: dict[str, Any]) -> list[tuple[str, int, str, str, str, float]]:
-    """(variant, readers, timed, raw cell, source cell, source/raw) for every line of the table."""
+def table_rows(result: dict[str, Any]) -> list[tuple[str, int, str, str, str, str, float, float]]:
+    """(variant, readers, timed, raw cell, batches cell, records cell, batches/raw, records/raw) for every
+    line of the table."""
     rows = []
     for variant, vr in result["variants"].items():
         for timed, key, prefix in (
@@ -470,10 +525,19 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, int, str, str, str, fl
             ("1st -> N-th", "records_per_second_from_first_record", "steady_"),
         ):
             for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
-                s = vr[key]
-                ratio = vr["ratios"][f"{prefix}source_over_raw_{suffix}"]
-                raw, src = _cell(s[f"raw-{readers}"]), _cell(s[f"source-{readers}"])
-                rows.append((variant, readers, timed, raw, src, ratio))
+                s, ratios = vr[key], vr["ratios"]
+                rows.append(
+                    (
+                        variant,
+                        readers,
+                        timed,
+                        _cell(s[f"raw-{readers}"]),
+                        _cell(s[f"batches-{readers}"]),
+                        _cell(s[f"records-{readers}"]),
+                        ratios[f"{prefix}batches_over_raw_{suffix}"],
+                        ratios[f"{prefix}records_over_raw_{suffix}"],
+                    )
+                )
     return rows
 
 
@@ -484,11 +548,14 @@ def format_table(result: dict[str, Any]) -> str:
         f"Throughput: {cfg['records']:,} records x {cfg['value_bytes']} B, {cfg['clusters']} cluster(s), "
         f"{cfg['partitions_per_topic']} partitions per topic, {cfg['repeats']} runs each "
         f"(records/s, median [min-max])",
-        f"{'variant':<13} {'readers':<7} {'timed':<13} {'raw confluent-kafka':>22} {'source':>22} "
-        f"{'source/raw':>10}",
+        f"{'variant':<13} {'readers':<7} {'timed':<13} {'raw confluent-kafka':>22} {'batches':>22} "
+        f"{'records':>22} {'batches/raw':>11} {'records/raw':>11}",
     ]
-    for variant, readers, timed, raw, src, ratio in table_rows(result):
-        lines.append(f"{variant:<13} {readers:<7} {timed:<13} {raw:>22} {src:>22} {ratio:>10.2f}")
+    for variant, readers, timed, raw, batches, records, b_ratio, r_ratio in table_rows(result):
+        lines.append(
+            f"{variant:<13} {readers:<7} {timed:<13} {raw:>22} {batches:>22} {records:>22} "
+            f"{b_ratio:>11.2f} {r_ratio:>11.2f}"
+        )
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]
         lines.append(
@@ -510,7 +577,9 @@ def result_name(clusters: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Throughput: the source against raw confluent-kafka.")
+    parser = argparse.ArgumentParser(
+        description="Throughput: the source's batch and record paths against raw confluent-kafka."
+    )
     add_broker_argument(parser)
     parser.add_argument("--records", type=int, default=None, help=f"default {DEFAULT_RECORDS:,}")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS:,} records")
@@ -518,10 +587,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
-        help=f"comma-separated client variants out of {', '.join(VARIANTS)} (default: all)",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated client variants out of {', '.join(VARIANTS)} "
+        f"(default: {','.join(DEFAULT_VARIANTS)})",
     )
-    parser.add_argument("--profile", action="store_true", help="also profile one source drain (last variant)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one record-path and one batch-path drain (parallelism 1, last variant)",
+    )
     args = parser.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]

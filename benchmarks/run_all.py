@@ -1,7 +1,8 @@
 """Run every benchmark on one set of brokers, print the tables, write the JSON results and RESULTS.md.
 
 ``./dev bench`` runs this. Options: ``--brokers kafka|tansu`` (default kafka), ``--quick`` (100k records,
-2 reconciliation cycles), ``--profile`` (also profile one source drain into results/profile-throughput.txt),
+2 reconciliation cycles), ``--profile`` (also profile one record-path and one batch-path drain into
+results/profile-record-path.txt and results/profile-batch-path.txt),
 ``--no-two-clusters`` (skip the 2-cluster throughput variant). Nothing here fails on speed: the benchmarks
 report numbers, the reader judges them (see README.md).
 
@@ -33,23 +34,33 @@ def _throughput_md(result: dict[str, Any]) -> list[str]:
     lines = [
         f"{cfg['records']:,} records of {cfg['value_bytes']} B on {cfg['clusters']} cluster(s), "
         f"{cfg['partitions_per_topic']} partitions per topic; {cfg['repeats']} runs of each, alternating "
-        f"(a, b, c, d per variant). Records per second, median [min-max]; *open -> N-th* counts from client "
-        f"creation / `source.open()` to the last record, *1st -> N-th* from the first record on.",
+        f"({', '.join(bench_throughput.KINDS)} per variant). Records per second, median [min-max]; *batches* "
+        f"is the source's batch path (`poll_batches`, `msg.value()` of every message), *records* its record "
+        f"path (`poll`, `record.value`); *open -> N-th* counts from client creation / `source.open()` to the "
+        f"last record, *1st -> N-th* from the first record on.",
         "",
-        "| client variant | readers | timed | raw confluent-kafka (reference) | source | source / raw |",
-        "|---|---|---|---|---|---|",
+        "| client variant | readers | timed | raw confluent-kafka (reference) | batches | records "
+        "| batches / raw | records / raw |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for variant, readers, timed, raw, src, ratio in bench_throughput.table_rows(result):
-        lines.append(f"| {variant} | {readers} | {timed} | {raw} | {src} | **{ratio:.2f}** |")
+    for variant, readers, timed, raw, batches, records, b_ratio, r_ratio in bench_throughput.table_rows(
+        result
+    ):
+        lines.append(
+            f"| {variant} | {readers} | {timed} | {raw} | {batches} | {records} | **{b_ratio:.2f}** "
+            f"| **{r_ratio:.2f}** |"
+        )
     lines.append("")
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]
-        props = vr["client_properties"] or "none (librdkafka and source defaults)"
+        props = vr["client_properties"] or "none (librdkafka's defaults; the source's own)"
         firsts = ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in bench_throughput.KINDS)
         lines.append(f"- `{variant}`: client properties {props}; first record after (median s): {firsts}")
     if "profile" in result:
+        profile = result["profile"]
         lines.append(
-            f"- profile of one source drain ({result['profile']['variant']}): `{result['profile']['path']}`"
+            f"- profiles of one drain each ({profile['variant']}, parallelism 1): record path "
+            f"`{profile['records_path']}`, batch path `{profile['batches_path']}`"
         )
     return lines
 
@@ -99,8 +110,8 @@ def write_results_md(
         "",
     ]
     titles = {
-        "throughput": "Throughput: source against raw confluent-kafka, 1 cluster",
-        "throughput-2clusters": "Throughput: source against raw confluent-kafka, 2 clusters",
+        "throughput": "Throughput: batch and record paths against raw confluent-kafka, 1 cluster",
+        "throughput-2clusters": "Throughput: batch and record paths against raw confluent-kafka, 2 clusters",
         "reconciliation": "Reconciliation: metadata file changes",
     }
     for key, title in titles.items():
@@ -118,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run every benchmark; write results/*.json and RESULTS.md.")
     add_broker_argument(parser)
     parser.add_argument("--quick", action="store_true", help="100k records, 2 reconciliation cycles")
-    parser.add_argument("--profile", action="store_true", help="profile one source drain too")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile one record-path and one batch-path drain too"
+    )
     parser.add_argument("--no-two-clusters", action="store_true", help="skip the 2-cluster throughput run")
     parser.add_argument(
         "--results", type=Path, default=RESULTS_MD, help="where to write the Markdown summary"

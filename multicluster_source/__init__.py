@@ -19,7 +19,7 @@ from multicluster_source.exceptions import (
     OffsetOutOfRangeError,
     SourceFailedError,
 )
-from multicluster_source.framework._records import RawRecord, SourceRecord
+from multicluster_source.framework._records import MessageBatch, RawRecord, SourceRecord
 from multicluster_source.framework._storage import (
     CheckpointStorage,
     DirectoryCheckpointStorage,
@@ -68,6 +68,7 @@ __all__ = [
     "KafkaTopicMetadataWriter",
     "KafkaTopicStatusStore",
     "LocalTopicStatusStore",
+    "MessageBatch",
     "MetadataError",
     "MetadataValidationError",
     "MetadataWriterFencedError",

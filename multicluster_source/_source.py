@@ -22,7 +22,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._interfaces import ReaderContext, SplitEnumeratorContext
 from multicluster_source.framework._options import SourceOptions
-from multicluster_source.framework._records import SourceRecord
+from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
 from multicluster_source.ops._topic_stores import (
@@ -31,8 +31,8 @@ from multicluster_source.ops._topic_stores import (
     TopicStatusStore,
 )
 from multicluster_source.ops._tracking import TopicTracker
-from multicluster_source.reader._fetcher import FetchSettings
-from multicluster_source.reader._multicluster import MultiClusterReader, ReaderSettings
+from multicluster_source.reader._multicluster import MultiClusterReader
+from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 from multicluster_source.runtime._factory import validate_reader_racks
 from multicluster_source.runtime._stream import SourceStream
 
@@ -208,8 +208,6 @@ class MultiClusterKafkaSource:
         fetch = FetchSettings(
             source_name=self.name,
             reader_index=context.index,
-            deserializer=self.deserializer,
-            error_policy=self.options.deserialization_error_policy,
             batch_max_records=self.options.reader_batch_max_records,
             metrics=metrics,
             on_topic_read=on_topic_read,
@@ -248,21 +246,24 @@ class MultiClusterKafkaSource:
 
     def run(
         self,
-        handler: Callable[[list[SourceRecord]], object],
+        handler: Callable[[list[SourceRecord]], object] | Callable[[MessageBatch], object],
         parallelism: int = 1,
         *,
         runtime: str = "threads",
         checkpoint_dir: str | None = None,
         checkpoint_interval: float | None = None,
         registry: Any = None,
+        batches: bool = False,
         **runtime_options: Any,
     ) -> RunResult:
         """Push API: call ``handler(records)`` inside each of ``parallelism`` readers' workers with its
-        batches; block until a bounded source is read to its end and handled, or until stopped
-        (``control=RunControl()`` then ``control.stop()``, or ``stop_event=threading.Event()``); raise the
-        source's failure. ``runtime``: ``"threads"``, ``"processes"`` (one worker process per reader) or
-        ``"ray"`` (readers as Ray actors). Checkpoints cover exactly what the handlers returned from.
-        See the README section "Scaling out: runtimes" for the options of each runtime."""
+        batches (``batches=True``: ``handler(batch)`` with each :class:`MessageBatch` of the client's own
+        messages, no record built, no deserializer applied); block until a bounded source is read to its
+        end and handled, or until stopped (``control=RunControl()`` then ``control.stop()``, or
+        ``stop_event=threading.Event()``); raise the source's failure. ``runtime``: ``"threads"``,
+        ``"processes"`` (one worker process per reader) or ``"ray"`` (readers as Ray actors). Checkpoints
+        cover exactly what the handlers returned from. See the README section "Scaling out: runtimes"
+        for the options of each runtime."""
         from multicluster_source.runtime._push import run_source
 
         return run_source(
@@ -273,6 +274,7 @@ class MultiClusterKafkaSource:
             checkpoint_dir=checkpoint_dir,
             checkpoint_interval=checkpoint_interval,
             registry=registry,
+            batches=batches,
             **runtime_options,
         )
 

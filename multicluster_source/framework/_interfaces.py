@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from multicluster_source.framework._events import SourceEvent
-from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._split import KafkaPartitionSplit
 
 T = TypeVar("T")
@@ -37,11 +36,18 @@ class Cancellable(Protocol):
 
 @dataclass(frozen=True)
 class RecordBatch:
-    """Records a reader hands to the caller, and the position each split reaches once all are delivered."""
+    """What a fetcher hands on: the client's messages of one cluster, and the position each split reaches
+    once all of them are delivered.
 
-    records: Sequence[SourceRecord]
+    ``messages`` are ``confluent_kafka.Message`` objects as the client returned them, without error events
+    and without messages at or past a split's stopping offset; records are made of them only where records
+    are asked for (:mod:`~multicluster_source.framework._records`).
+    """
+
+    cluster_id: str
+    messages: Sequence[Any]
     positions: Mapping[str, int] = field(default_factory=dict)
-    """split id -> next offset to read after the last record of that split in this batch."""
+    """split id -> next offset to read after the last message of that split in this batch."""
 
 
 class SplitEnumeratorContext(Protocol):

@@ -1,49 +1,260 @@
-"""Record values handed to deserializers and to the caller.
+"""Record values handed to deserializers and to the caller, and the zero-copy batch.
 
-Both are immutable ``NamedTuple``s rather than frozen dataclasses: they are built once per record on the hot
-path, and a tuple is built several times faster than a frozen dataclass while being just as immutable.
+Building records is the hot path: a reader hands on the client's own ``confluent_kafka.Message`` objects,
+and a record is made only where the caller asks for records (``poll``, iteration, the default push handler).
+So a record does not copy the message's fields: :class:`SourceRecord` and :class:`RawRecord` are immutable
+views of ``(cluster_id, message)`` (a tuple underneath, made by one C-level call per record) that read a
+field from the message when it is asked for. A record made by hand, ``SourceRecord(cluster_id, topic, ...)``,
+or unpickled, holds a message of its own with those fields; pickling sends the eight fields, never the
+client's message.
+
+Measured per record on real messages (``benchmarks/results/record_path.txt``): building today's view costs
+about a tenth of building the eight-field tuple of version 0.1, which read every field eagerly.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from typing import Any, Final
+
+from confluent_kafka import Message
 
 Headers = list[tuple[str, bytes | None]] | None
 
+_FIELDS: Final = ("cluster_id", "topic", "partition", "offset", "timestamp", "key", "value", "headers")
+_get = tuple.__getitem__
+_len = tuple.__len__
+_new = tuple.__new__
 
-class RawRecord(NamedTuple):
-    """A record as read from Kafka, before deserialization (what a deserializer receives)."""
 
-    cluster_id: str
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int | None
-    """Milliseconds since the epoch, or None when the record has none."""
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
+def _message(
+    topic: str, partition: int, offset: int, timestamp: int | None, key: bytes | None, headers: Headers
+) -> Any:
+    stamp = (0, 0) if timestamp is None else (1, timestamp)  # 1: TIMESTAMP_CREATE_TIME
+    kafka_headers: Any = headers
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=None,
+        headers=kafka_headers,
+        timestamp=stamp,
+    )
+
+
+class _MessageView(tuple):  # type: ignore[type-arg]
+    """``(cluster_id, message)`` or ``(cluster_id, message, value)``: fields are read from the message."""
+
+    __slots__ = ()
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster the record was read from."""
+        cluster_id: str = _get(self, 0)
+        return cluster_id
+
+    @property
+    def topic(self) -> str:
+        """The topic."""
+        topic: str = _get(self, 1).topic()
+        return topic
+
+    @property
+    def partition(self) -> int:
+        """The partition."""
+        partition: int = _get(self, 1).partition()
+        return partition
+
+    @property
+    def offset(self) -> int:
+        """The record's offset in its partition."""
+        offset: int = _get(self, 1).offset()
+        return offset
+
+    @property
+    def timestamp(self) -> int | None:
+        """Milliseconds since the epoch, or None when the record has none."""
+        kind, ts = _get(self, 1).timestamp()
+        return ts if kind else None
+
+    @property
+    def key(self) -> bytes | None:
+        """The key bytes."""
+        key: bytes | None = _get(self, 1).key()
+        return key
+
+    @property
+    def headers(self) -> Headers:
+        """The headers as ``[(name, value), ...]``, or None."""
+        headers: Headers = _get(self, 1).headers()
+        return headers
 
     @property
     def split_id(self) -> str:
         """The split this record belongs to: ``"<cluster_id>/<topic>/<partition>"``."""
-        return f"{self.cluster_id}/{self.topic}/{self.partition}"
+        m = _get(self, 1)
+        return f"{_get(self, 0)}/{m.topic()}/{m.partition()}"
+
+    def _fields(self) -> tuple[Any, ...]:
+        m = _get(self, 1)
+        kind, ts = m.timestamp()
+        value = _get(self, 2) if _len(self) > 2 else m.value()
+        return (
+            _get(self, 0),
+            m.topic(),
+            m.partition(),
+            m.offset(),
+            ts if kind else None,
+            m.key(),
+            value,
+            m.headers(),
+        )
+
+    # The record reads as the eight fields it stands for, like the NamedTuple it replaces.
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._fields())
+
+    def __len__(self) -> int:
+        return len(_FIELDS)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._fields()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _MessageView):
+            return self._fields() == other._fields()
+        if isinstance(other, tuple):
+            return self._fields() == other
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{n}={v!r}" for n, v in zip(_FIELDS, self._fields(), strict=True))
+        return f"{type(self).__name__}({pairs})"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (type(self), self._fields())
+
+    def _asdict(self) -> dict[str, Any]:
+        """The eight fields by name."""
+        return dict(zip(_FIELDS, self._fields(), strict=True))
 
 
-class SourceRecord(NamedTuple):
-    """A record returned by :class:`SourceStream`; ``value`` is what the deserializer returned."""
+class RawRecord(_MessageView):
+    """A record as read from Kafka, before deserialization (what a deserializer receives).
 
-    cluster_id: str
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int | None
-    """Milliseconds since the epoch, or None when the record has none."""
-    key: bytes | None
-    value: Any
-    headers: Headers
+    Fields: ``cluster_id, topic, partition, offset, timestamp, key, value, headers``; ``value`` is the value
+    bytes. Immutable; read lazily from the client's message.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        cluster_id: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+    ) -> RawRecord:
+        """A record from its fields."""
+        return _new(cls, (cluster_id, _message(topic, partition, offset, timestamp, key, headers), value))
 
     @property
-    def split_id(self) -> str:
-        """The split this record belongs to: ``"<cluster_id>/<topic>/<partition>"``."""
-        return f"{self.cluster_id}/{self.topic}/{self.partition}"
+    def value(self) -> bytes | None:
+        """The value bytes."""
+        value: bytes | None = _get(self, 2) if _len(self) > 2 else _get(self, 1).value()
+        return value
+
+
+class SourceRecord(_MessageView):
+    """A record returned by :class:`SourceStream`; ``value`` is what the deserializer returned.
+
+    Fields: ``cluster_id, topic, partition, offset, timestamp, key, value, headers``. Immutable; without a
+    deserializer every field is read from the client's message when asked for.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        cluster_id: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int | None,
+        key: bytes | None,
+        value: Any,
+        headers: Headers,
+    ) -> SourceRecord:
+        """A record from its fields."""
+        return _new(cls, (cluster_id, _message(topic, partition, offset, timestamp, key, headers), value))
+
+    @property
+    def value(self) -> Any:
+        """The value: the deserializer's result, or the value bytes without a deserializer."""
+        return _get(self, 2) if _len(self) > 2 else _get(self, 1).value()
+
+
+def records_of(cluster_id: str, messages: Sequence[Any]) -> list[SourceRecord]:
+    """Records over the client's ``messages`` of one cluster, no deserializer: one C-level call each."""
+    return list(map(_new, repeat(SourceRecord), zip(repeat(cluster_id), messages)))
+
+
+def raw_record(cluster_id: str, message: Any) -> RawRecord:
+    """The record a deserializer receives for ``message``."""
+    return _new(RawRecord, (cluster_id, message))
+
+
+def deserialized_record(cluster_id: str, message: Any, value: Any) -> SourceRecord:
+    """A record whose value is ``value`` (what the deserializer returned for ``message``)."""
+    return _new(SourceRecord, (cluster_id, message, value))
+
+
+class MessageBatch:
+    """Messages of one cluster as the client returned them: no copy, no error events among them.
+
+    ``cluster_id``: the cluster every message came from; ``messages``: the client's own
+    ``confluent_kafka.Message`` objects in the order read; ``len(batch) == len(batch.messages)``. A source
+    built with a deserializer does not apply it here: ``message.value()`` is the value bytes.
+    """
+
+    __slots__ = ("cluster_id", "messages")
+
+    cluster_id: str
+    messages: list[Any]
+
+    def __init__(self, cluster_id: str, messages: list[Any]) -> None:
+        """A batch of ``messages`` from ``cluster_id``."""
+        object.__setattr__(self, "cluster_id", cluster_id)
+        object.__setattr__(self, "messages", messages)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"MessageBatch is immutable: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"MessageBatch is immutable: cannot delete {name}")
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.messages)
+
+    def __repr__(self) -> str:
+        return f"MessageBatch(cluster_id={self.cluster_id!r}, messages=<{len(self.messages)} messages>)"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (MessageBatch, (self.cluster_id, self.messages))

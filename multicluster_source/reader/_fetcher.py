@@ -3,15 +3,15 @@
 Threads: the owning reader's thread calls ``add_splits``, ``remove_topics``, ``stop``, ``outstanding``;
 everything else, including every consumer call, runs on the fetch thread this object starts.
 
-Positions out of range: the consumers never reset a position by themselves (``auto.offset.reset=error`` is
-what librdkafka gets, see :func:`consumer_config`). When a position is no longer in the log (it aged out
-through retention or ``delete_records``, or the topic was recreated shorter), librdkafka stops fetching that
-partition and reports ``_AUTO_OFFSET_RESET``; the fetcher then moves it per the ``auto.offset.reset`` of the
-configuration it was given (earliest, the default, or latest: looked up with ``get_watermark_offsets``),
-logs a warning naming cluster, topic, partition, old and new offset, counts it in
-``multicluster_source_offset_resets_total{cluster,topic}``, and hands the new position on so the next
-checkpoint holds it. With ``auto.offset.reset=error`` set by the user the source fails instead
-(:class:`OffsetOutOfRangeError`).
+The hot path does no per-record Python work: each ``consume()`` result is scanned once for error events (in
+a list comprehension), the positions it reaches are read from the consumer (``position()``, after the
+messages were returned to us), stopping offsets are looked at only for the partitions whose position crossed
+them, and metrics are counted per batch. The client's messages are then handed on as they are
+(:class:`RecordBatch`); records are made of them only where records are asked for
+(:mod:`multicluster_source.reader._records`). So fetch threads of several clusters hold the GIL only
+briefly and overlap in ``consume()``, which releases it.
+
+Positions out of range are handled in :mod:`multicluster_source.reader._resets`.
 """
 
 from __future__ import annotations
@@ -21,65 +21,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from multicluster_source.exceptions import DeserializationError, OffsetOutOfRangeError, SourceFailedError
+from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedError
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
-from multicluster_source.framework._records import RawRecord, SourceRecord
 from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.reader._resets import offset_reset_policy, reset_positions
+from multicluster_source.reader._settings import FetchSettings
 
 _log = logging.getLogger("multicluster_source.reader")
 
-ConsumerFactory = Callable[[dict[str, Any]], Any]
-Deserializer = Callable[[RawRecord], Any]
-
-OffsetResetPolicy = Literal["earliest", "latest", "error"]
-_RESET_KEY = "auto.offset.reset"
-_EARLIEST = frozenset({"earliest", "smallest", "beginning"})
-_LATEST = frozenset({"latest", "largest", "end"})
-_WATERMARK_TIMEOUT_S = 10.0
-
-
-def offset_reset_policy(conf: dict[str, Any]) -> OffsetResetPolicy:
-    """What to do with an out-of-range position, from ``auto.offset.reset`` in ``conf`` (default earliest)."""
-    value = str(conf.get(_RESET_KEY, "earliest")).strip().lower()
-    if value in _LATEST:
-        return "latest"
-    if value == "error":
-        return "error"
-    return "earliest"  # build() lets only librdkafka's values through: earliest and its aliases remain
-
-
-def consumer_config(conf: dict[str, Any]) -> dict[str, Any]:
-    """``conf`` as given to librdkafka: ``auto.offset.reset=error``, so that the fetcher, not the client,
-    handles an out-of-range position (logged and counted; see the module docs)."""
-    return {**conf, _RESET_KEY: "error"}
-
-
-def default_consumer_factory(conf: dict[str, Any]) -> Any:
-    """A confluent-kafka Consumer for ``conf`` (with :func:`consumer_config` applied)."""
-    from confluent_kafka import Consumer
-
-    return Consumer(consumer_config(conf))
-
-
-@dataclass(frozen=True)
-class FetchSettings:
-    """How a fetcher reads and hands on records."""
-
-    source_name: str
-    reader_index: int
-    deserializer: Deserializer | None
-    """None: the value bytes, without building a RawRecord (the fast path)."""
-    error_policy: Literal["fail", "skip"]
-    batch_max_records: int
-    metrics: Any
-    consumer_factory: ConsumerFactory = default_consumer_factory
-    poll_timeout_s: float = 0.1
-    lag_interval_s: float = 1.0
-    on_topic_read: Callable[[str, str, int], None] | None = None
-    """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
+_METADATA_TIMEOUT_S = 2.0
 
 
 class _Progress:
@@ -118,6 +70,9 @@ class ClusterFetcher:
         self._outstanding: set[str] = set()
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
+        self._tps: list[Any] = []
+        self._topics: list[str] = []
+        self._known_topics: set[str] = set()
         self._thread = threading.Thread(
             target=self._run,
             name=f"mcs-fetch-{settings.source_name}-{settings.reader_index}-{cluster_id}",
@@ -182,7 +137,7 @@ class ClusterFetcher:
             self._loop(consumer)
         except BaseException as exc:
             if not self._stopping.is_set():
-                if isinstance(exc, DeserializationError | OffsetOutOfRangeError):
+                if isinstance(exc, OffsetOutOfRangeError):
                     self._ctx.fail(exc)  # the same for every reader: the source fails
                 else:
                     error = SourceFailedError(f"cluster={self.cluster_id}: fetching failed: {exc}")
@@ -224,6 +179,7 @@ class ClusterFetcher:
     def _drain_commands(self, consumer: Any, *, block: bool) -> None:
         from confluent_kafka import TopicPartition
 
+        changed = False
         while True:
             try:
                 if block:
@@ -232,7 +188,8 @@ class ClusterFetcher:
                 else:
                     kind, arg = self._commands.get_nowait()
             except queue.Empty:
-                return
+                break
+            changed = True
             if kind == "add":
                 fresh = [s for s in arg if s.topic_partition not in self._progress]
                 done = [s.split_id for s in fresh if s.is_finished_at(s.starting_offset)]
@@ -240,6 +197,7 @@ class ClusterFetcher:
                 for split in live:
                     self._progress[split.topic_partition] = _Progress(split)
                 if live:
+                    self._learn_topics(consumer, {s.topic for s in live})
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]
                     )
@@ -260,175 +218,156 @@ class ClusterFetcher:
                     self._outstanding -= set(ids)
                 for topic in arg:
                     self._s.metrics.remove_topic(self.cluster_id, topic)
-            self._split_ids = frozenset(p.split_id for p in self._progress.values())
+        if changed:
+            self._progress_changed()
+
+    def _learn_topics(self, consumer: Any, topics: set[str]) -> None:
+        """Ask for the metadata of topics this consumer has not read yet, before assigning them: librdkafka
+        otherwise learns a new topic's leaders on its next metadata refresh and starts fetching it only
+        then (0.5-1 s after ``incremental_assign`` was measured); with the metadata at hand it fetches at
+        once. One round trip per new topic; a failure only costs that delay."""
+        for topic in sorted(topics - self._known_topics):
+            try:
+                consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+            except Exception as exc:
+                _log.debug("cluster=%s: metadata of topic %s not fetched: %s", self.cluster_id, topic, exc)
+            self._known_topics.add(topic)
+
+    def _progress_changed(self) -> None:
+        """Recompute what the hot path looks up once per batch (after splits came or went)."""
+        from confluent_kafka import TopicPartition
+
+        progress = self._progress
+        self._split_ids = frozenset(p.split_id for p in progress.values())
+        self._tps = [TopicPartition(t, p) for t, p in progress]
+        self._topics = sorted({t for t, _p in progress})
 
     def _handle(self, consumer: Any, messages: list[Any]) -> None:
-        from confluent_kafka import KafkaError, KafkaException
-
-        cid = self.cluster_id
-        deserializer = self._s.deserializer
-        progress = self._progress
-        records: list[SourceRecord] = []
-        positions: dict[str, int] = {}
-        counts: dict[str, list[int]] = {}
-        finished: list[str] = []
+        """One ``consume()`` result: hand its messages on with the positions they reach (fetch thread)."""
+        errors = [m for m in messages if m.error() is not None]
+        finished: list[tuple[str, int]] = []
         resets: dict[tuple[str, int], int] = {}
-        touched: dict[str, _Progress] = {}
-        new_record = tuple.__new__
-        record_type = SourceRecord
-        # Per-partition bookkeeping is done once per run of consecutive records of one partition
-        # (librdkafka hands them out that way), not once per record.
-        run_tp: tuple[str, int] | None = None
-        p: _Progress | None = None
-        stop: int | None = None
-        run_last = -1
-        run_n = 0
-        run_bytes = 0
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                    resets[(msg.topic(), msg.partition())] = msg.offset()
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof = progress.get((msg.topic(), msg.partition()))
-                    if eof is not None and eof.split.is_finished_at(max(eof.next_offset, msg.offset())):
-                        finished.append(eof.split_id)
-                    continue
-                if err.fatal():
-                    raise KafkaException(err)
-                _log.warning("cluster=%s: consumer error: %s", cid, err)
-                continue
-            topic = msg.topic()
-            partition = msg.partition()
-            if run_tp is None or partition != run_tp[1] or topic != run_tp[0]:
-                if p is not None and run_last >= 0:
-                    _close_run(p, run_last, run_n, run_bytes, positions, counts, touched)
-                run_tp = (topic, partition)
-                p = progress.get(run_tp)
-                stop = p.split.stopping_offset if p is not None else None
-                run_last, run_n, run_bytes = -1, 0, 0
-            if p is None:
-                continue  # unassigned since it was fetched
-            offset = msg.offset()
-            if stop is not None and offset >= stop:
-                if p.split_id not in finished:
-                    finished.append(p.split_id)
-                continue
-            ts_type, ts = msg.timestamp()
-            timestamp = ts if ts_type else None
-            key = msg.key()
-            value = msg.value()
-            headers = msg.headers()
-            if deserializer is not None:
-                try:
-                    value = deserializer(
-                        RawRecord(cid, topic, partition, offset, timestamp, key, value, headers)
-                    )
-                except Exception as exc:
-                    if self._s.error_policy == "fail":
-                        raise DeserializationError(cid, topic, partition, offset) from exc
-                    self._s.metrics.deserialization_error(cid, topic)
-                    run_last = offset
-                    continue
-            records.append(
-                new_record(record_type, (cid, topic, partition, offset, timestamp, key, value, headers))
-            )
-            run_last = offset
-            run_n += 1
-            run_bytes += len(msg)
-            if stop is not None and offset + 1 >= stop and p.split_id not in finished:
-                finished.append(p.split_id)
-        if p is not None and run_last >= 0:
-            _close_run(p, run_last, run_n, run_bytes, positions, counts, touched)
-        if records or positions:
+        if errors:
+            messages = [m for m in messages if m.error() is None]
+            self._on_errors(errors, finished, resets)
+        positions: dict[str, int] = {}
+        moved: list[_Progress] = []
+        if messages:
+            messages = self._advance(consumer, messages, positions, moved, finished)
+        if messages or positions:
             paused = False
             if self._ctx.is_buffer_full():
                 consumer.pause(consumer.assignment())
                 paused = True
-            delivered = self._ctx.emit(RecordBatch(records, positions), self._stopping.is_set)
+            delivered = self._ctx.emit(
+                RecordBatch(self.cluster_id, messages, positions), self._stopping.is_set
+            )
             if paused:
                 consumer.resume(consumer.assignment())
             if not delivered:
                 return  # stopping: positions stay where the last handed-on batch left them
-            for sid, prog in touched.items():
-                prog.next_offset = positions[sid]
+            for prog in moved:
+                prog.next_offset = positions[prog.split_id]
+            if messages:
+                self._count(messages)
         if resets:
-            self._reset_positions(consumer, resets)
+            outcome = reset_positions(
+                self.cluster_id,
+                consumer,
+                self._reset_policy,
+                self._progress,
+                resets,
+                self._s.metrics.offset_reset,
+            )
+            if outcome.positions:
+                self._ctx.emit(RecordBatch(self.cluster_id, [], outcome.positions), self._stopping.is_set)
+            finished.extend(outcome.finished)
+        if finished:
+            self._drop_finished(consumer, finished)
+
+    def _on_errors(
+        self, errors: list[Any], finished: list[tuple[str, int]], resets: dict[tuple[str, int], int]
+    ) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        for msg in errors:
+            err = msg.error()
+            tp = (msg.topic(), msg.partition())
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                resets[tp] = msg.offset()
+            elif err.code() == KafkaError._PARTITION_EOF:
+                p = self._progress.get(tp)
+                if p is not None and p.split.is_finished_at(max(p.next_offset, msg.offset())):
+                    finished.append(tp)
+            elif err.fatal():
+                raise KafkaException(err)
+            else:
+                _log.warning("cluster=%s: consumer error: %s", self.cluster_id, err)
+
+    def _advance(
+        self,
+        consumer: Any,
+        messages: list[Any],
+        positions: dict[str, int],
+        moved: list[_Progress],
+        finished: list[tuple[str, int]],
+    ) -> list[Any]:
+        """Fill ``positions`` with where each split got to, from the consumer's own positions (which cover
+        exactly the messages returned so far); trim messages at or past a stopping offset."""
+        progress = self._progress
+        for tp in consumer.position(self._tps):
+            offset = tp.offset
+            if offset < 0:
+                continue  # nothing returned of this partition yet
+            key = (tp.topic, tp.partition)
+            p = progress.get(key)
+            if p is None or offset <= p.next_offset:
+                continue
+            stop = p.split.stopping_offset
+            if stop is not None and offset >= stop:
+                if offset > stop:
+                    messages = _without_from(messages, key, stop)
+                offset = stop
+                finished.append(key)
+            positions[p.split_id] = offset
+            moved.append(p)
+        return messages
+
+    def _count(self, messages: list[Any]) -> None:
+        """Per-batch metrics and topic tracking: records and bytes per topic."""
+        cid = self.cluster_id
+        if len(self._topics) == 1:
+            counts = {self._topics[0]: (len(messages), sum(map(len, messages)))}
+        else:
+            per_topic: dict[str, list[int]] = {}
+            for m in messages:
+                c = per_topic.get(m.topic())
+                if c is None:
+                    c = per_topic[m.topic()] = [0, 0]
+                c[0] += 1
+                c[1] += len(m)
+            counts = {t: (c[0], c[1]) for t, c in per_topic.items()}
         on_topic_read = self._s.on_topic_read
         for topic, (n, nbytes) in counts.items():
             self._s.metrics.record_consumed(cid, topic, n, nbytes)
             if on_topic_read is not None:
                 on_topic_read(cid, topic, self._s.reader_index)
-        if finished:
-            from confluent_kafka import TopicPartition
 
-            tps = []
-            for sid in finished:
-                for tp, p in list(progress.items()):
-                    if p.split_id == sid:
-                        del progress[tp]
-                        tps.append(TopicPartition(tp[0], tp[1]))
-            if tps:
-                consumer.incremental_unassign(tps)
-            self._split_ids = frozenset(p.split_id for p in progress.values())
-            self._finish(finished)
+    def _drop_finished(self, consumer: Any, finished: list[tuple[str, int]]) -> None:
+        from confluent_kafka import TopicPartition
 
-    def _reset_positions(self, consumer: Any, resets: dict[tuple[str, int], int]) -> None:
-        """Move partitions whose position is out of range per the reset policy (librdkafka stopped them)."""
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-
-        cid = self.cluster_id
-        policy = self._reset_policy
-        reassign: list[TopicPartition] = []
-        positions: dict[str, int] = {}
-        finished: list[str] = []
-        for (topic, partition), reported in resets.items():
-            p = self._progress.get((topic, partition))
-            if p is None:
-                continue  # unassigned since
-            old = reported if reported >= 0 else p.next_offset
-            if policy == "error":
-                raise OffsetOutOfRangeError(cid, topic, partition, old)
-            tp = TopicPartition(topic, partition)
-            new: int | None
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=_WATERMARK_TIMEOUT_S, cached=False)
-                new = int(low if policy == "earliest" else high)
-            except Exception as exc:  # the broker is away: let the client look the offset up itself
-                _log.info("cluster=%s: watermarks of %s/%d not available: %s", cid, topic, partition, exc)
-                new = None
-            _log.warning(
-                "cluster=%s topic=%s partition=%d: offset %d is out of range (aged out of the log?); "
-                "reset to the %s offset %s (auto.offset.reset=%s)",
-                cid,
-                topic,
-                partition,
-                old,
-                policy,
-                "(looked up by the client)" if new is None else new,
-                policy,
-            )
-            self._s.metrics.offset_reset(cid, topic)
-            if new is not None and p.split.is_finished_at(new):
-                finished.append(p.split_id)
-                del self._progress[(topic, partition)]
-                consumer.incremental_unassign([tp])
-                continue
-            if new is not None:
-                p.next_offset = new
-                positions[p.split_id] = new
-            logical = OFFSET_BEGINNING if policy == "earliest" else OFFSET_END
-            reassign.append(TopicPartition(topic, partition, logical if new is None else new))
-        if reassign:
-            # A partition stopped by an offset reset error cannot be seek()'d: assign it afresh.
-            consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition) for tp in reassign])
-            consumer.incremental_assign(reassign)
-        if positions:
-            self._ctx.emit(RecordBatch([], positions), self._stopping.is_set)
-        if finished:
-            self._split_ids = frozenset(p.split_id for p in self._progress.values())
-            self._finish(finished)
+        ids: list[str] = []
+        tps = []
+        for key in dict.fromkeys(finished):
+            p = self._progress.pop(key, None)
+            if p is not None:
+                ids.append(p.split_id)
+                tps.append(TopicPartition(*key))
+        if tps:
+            consumer.incremental_unassign(tps)
+        self._progress_changed()
+        if ids:
+            self._finish(ids)
 
     def _finish(self, split_ids: list[str]) -> None:
         with self._lock:
@@ -447,24 +386,7 @@ class ClusterFetcher:
             self._s.metrics.set_offsets(self.cluster_id, topic, partition, current=p.next_offset, lag=lag)
 
 
-def _close_run(
-    p: _Progress,
-    last_offset: int,
-    n: int,
-    nbytes: int,
-    positions: dict[str, int],
-    counts: dict[str, list[int]],
-    touched: dict[str, _Progress],
-) -> None:
-    """Account for a run of records of one partition: the position it reaches and the per-topic counts.
-    The split's own ``next_offset`` moves only once the batch was handed on (see ``_handle``)."""
-    if last_offset + 1 > positions.get(p.split_id, p.next_offset):
-        positions[p.split_id] = last_offset + 1
-        touched[p.split_id] = p
-    if n:
-        topic = p.split.topic
-        c = counts.get(topic)
-        if c is None:
-            c = counts[topic] = [0, 0]
-        c[0] += n
-        c[1] += nbytes
+def _without_from(messages: list[Any], key: tuple[str, int], stop: int) -> list[Any]:
+    """``messages`` without those of partition ``key`` at or past ``stop`` (a bounded split's end)."""
+    topic, partition = key
+    return [m for m in messages if m.offset() < stop or m.partition() != partition or m.topic() != topic]

@@ -10,8 +10,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from multicluster_source.framework._clientconf import cluster_client_config
@@ -26,22 +25,10 @@ from multicluster_source.framework._interfaces import ReaderContext
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
-from multicluster_source.reader._fetcher import ClusterFetcher, FetchSettings
+from multicluster_source.reader._fetcher import ClusterFetcher
+from multicluster_source.reader._settings import ReaderSettings
 
 _log = logging.getLogger("multicluster_source.reader")
-
-
-@dataclass(frozen=True)
-class ReaderSettings:
-    """What every reader of a source shares (and this reader's rack)."""
-
-    group_id: str
-    client_properties: Mapping[str, str]
-    client_id_prefix: str
-    bounded: bool
-    fetch: FetchSettings
-    rack: str | None = None
-    rack_id_supplier: Callable[[str, str | None], str | None] | None = None
 
 
 class FetchBrokerStats:

@@ -2,9 +2,14 @@
 
 What lives here:
 
-- ``_local``: the coordinator thread (enumerator side), reader runners, the bounded hand-off and the
-  delivered-position tracker shared by every runtime.
-- ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``.
+- ``_local``: the coordinator thread (enumerator side) and the reader runners of the pull API.
+- ``_handoff``: the bounded hand-off between fetch threads and their consumer, and the delivered-position
+  tracker checkpoints are taken from; shared by every runtime.
+- ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``; ``_delivery`` takes records
+  or batches out of the hand-off with the positions of what was taken; ``_status`` builds its health and
+  status documents.
+- ``_factory``: the :class:`SourceFactory` protocol (what a runtime needs of a source) and the checks made
+  before readers start.
 - the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),
   ``_host`` (the worker side: readers plus the handler loop), ``_control`` (``RunControl``, ``RunResult``),
   ``_driver`` (the driver loop: checkpoints, failover, shutdown) and one module per transport:

@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import pickle
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import MultiClusterSourceError, SourceFailedError
-from multicluster_source.framework._events import SourceEvent
-from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._factory import SourceFactory
-from multicluster_source.runtime._local import Coordinator, PositionTracker
+from multicluster_source.runtime._handoff import PositionTracker
+from multicluster_source.runtime._local import LinkedCoordinator
 from multicluster_source.runtime._messages import (
-    AssignSplits,
     Delivered,
     EventToEnumerator,
-    EventToReader,
     Heartbeat,
     LinkLost,
-    NoMoreSplits,
     StartReader,
     StopWorker,
     TopicRead,
@@ -47,27 +40,6 @@ _log = logging.getLogger("multicluster_source.push")
 
 
 # ----------------------------------------------------------------------------------------------- driver
-
-
-class _LinkedCoordinator(Coordinator):
-    """The coordinator whose readers are behind links: assignments and events become messages."""
-
-    def __init__(self, *args: Any, send: Callable[[int, object], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._send_to = send
-
-    def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
-        """Send splits to readers."""
-        for reader, splits in assignment.items():
-            self._send_to(reader, AssignSplits(tuple(splits)))
-
-    def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
-        """Send an event to one reader."""
-        self._send_to(reader, EventToReader(event))
-
-    def signal_no_more_splits(self, reader: int) -> None:
-        """Tell a reader no more splits come."""
-        self._send_to(reader, NoMoreSplits())
 
 
 class Driver:
@@ -119,7 +91,7 @@ class Driver:
         self._finished = False
         self._closing = False
         self._tracker = PositionTracker()
-        self._coordinator: _LinkedCoordinator | None = None
+        self._coordinator: LinkedCoordinator | None = None
         self._coordinator_started = False
         self._topics: TopicTracker | None = None
         self._metrics: SourceMetrics | None = None
@@ -190,9 +162,7 @@ class Driver:
         self._metrics = SourceMetrics(self._registry, self._name)
         self._topics = source.create_topic_tracker(self._checkpoint_dir)
         self._topics.start()
-        self._coordinator = _LinkedCoordinator(
-            self._name, self._n, self._tracker, self._fail, send=self._send
-        )
+        self._coordinator = LinkedCoordinator(self._name, self._n, self._tracker, self._fail, send=self._send)
         self._links = self._transport.start(self._deliver, self._metrics)
         self._await_ready()
         if self._stop_requested():
@@ -315,10 +285,7 @@ class Driver:
         _log.error(
             "source=%s: reader %d: %s failure: %s", self._name, index, failure.kind, failure.description
         )
-        error: BaseException | None = None
-        if failure.error is not None:
-            with contextlib.suppress(Exception):
-                error = pickle.loads(failure.error)
+        error = failure.exception()
         if failure.kind == "reader":
             self._lose(index, error or SourceFailedError(failure.summary))
             return

@@ -19,6 +19,7 @@ from multicluster_source.framework._interfaces import (
     SplitEnumeratorContext,
 )
 from multicluster_source.framework._options import SourceOptions
+from multicluster_source.framework._records import RawRecord
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
 from multicluster_source.runtime._messages import Handler
@@ -40,6 +41,8 @@ class SourceFactory(Protocol):
 
     name: str
     options: SourceOptions
+    deserializer: Callable[[RawRecord], Any] | None
+    """Applied on the record path (``poll``, iteration, the default push handler), never to batches."""
 
     @property
     def client_properties(self) -> Mapping[str, str]:

@@ -9,10 +9,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import RecordBatch, SourceReader
-from multicluster_source.runtime._local import Handoff
+from multicluster_source.framework._records import MessageBatch
+from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime._factory import SourceFactory
+from multicluster_source.runtime._handoff import Handoff
 from multicluster_source.runtime._messages import (
     HEARTBEAT_S,
     AssignSplits,
@@ -36,6 +41,19 @@ from multicluster_source.runtime._messages import (
 _log = logging.getLogger("multicluster_source.push")
 
 ReaderFactory = Callable[["WorkerHost", "OnTopicRead | None"], SourceReader]
+
+
+_RECORDS = RecordMaker(None)
+
+
+def record_maker(source: SourceFactory, metrics: Any, batches: bool) -> RecordMaker | None:
+    """What a worker's handler thread turns batches into: records (``batches=False``, with the source's
+    deserializer), or None for the batch handler."""
+    if batches:
+        return None
+    return RecordMaker(source.deserializer, source.options.deserialization_error_policy, metrics)
+
+
 """``make_reader(context, on_topic_read)``: builds the worker's reader (``source.create_reader``)."""
 
 
@@ -61,11 +79,15 @@ class WorkerHost:
         track_topics: bool = True,
         stop_timeout: float = 60.0,
         host_name: str | None = None,
+        make_records: RecordMaker | None = _RECORDS,
     ) -> None:
+        """``make_records`` turns a batch's messages into the handler's records; None: the handler gets
+        each :class:`MessageBatch` itself (``run(..., batches=True)``)."""
         self._index = index
         self._host_name = host_name or socket.gethostname()
         self._source = source_name
         self._handler = handler
+        self._make_records = make_records
         self._make_reader = make_reader
         self._send_raw = send
         self._rack = rack
@@ -197,6 +219,7 @@ class WorkerHost:
 
     def _handle_loop(self) -> None:
         handler = self._handler
+        make_records = self._make_records
         try:
             open_hook = getattr(handler, "open", None)
             if callable(open_hook):
@@ -205,14 +228,24 @@ class WorkerHost:
                 batch = self._handoff.get(0.05)
                 if batch is None or self._stopping.is_set():
                     continue  # a batch taken while stopping is not handled: its records come again
-                records = list(batch.records)
-                if records:
-                    handler(records)
+                n = 0
+                if batch.messages:
+                    if make_records is None:  # run(..., batches=True): the client's messages as they are
+                        messages = batch.messages
+                        handler(MessageBatch(batch.cluster_id, list(messages)))
+                        n = len(messages)
+                    else:
+                        records = make_records(batch.cluster_id, batch.messages)
+                        if records:
+                            handler(records)
+                        n = len(records)
                 with self._lock:
-                    self._records += len(records)
-                    self._send(Delivered(dict(batch.positions), len(records)))
+                    self._records += n
+                    self._send(Delivered(dict(batch.positions), n))
                     self._handled += 1
                     self._release_deferred_locked()
+        except DeserializationError as exc:  # policy "fail": bad data fails the run, whichever reader
+            self._failure("source", exc)
         except BaseException as exc:
             self._failure("handler", exc)
         finally:

@@ -24,74 +24,11 @@ from typing import Any, TypeVar
 from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._interfaces import RecordBatch, SourceReader, SplitEnumerator
 from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.runtime._handoff import Handoff, PositionTracker
+from multicluster_source.runtime._messages import AssignSplits, EventToReader, NoMoreSplits
 
 T = TypeVar("T")
 _log = logging.getLogger("multicluster_source.runtime")
-
-
-class PositionTracker:
-    """Split id -> next offset after the last record delivered to the caller. Thread-safe."""
-
-    def __init__(self, initial: Mapping[str, int] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._positions: dict[str, int] = dict(initial or {})
-
-    def advance(self, positions: Mapping[str, int]) -> None:
-        """Record positions reached by delivered records."""
-        with self._lock:
-            self._positions.update(positions)
-
-    def get(self, split_ids: Sequence[str]) -> dict[str, int]:
-        """Positions of the named splits that have one."""
-        with self._lock:
-            return {s: self._positions[s] for s in split_ids if s in self._positions}
-
-    def forget(self, split_ids: Sequence[str]) -> None:
-        """Drop positions."""
-        with self._lock:
-            for s in split_ids:
-                self._positions.pop(s, None)
-
-    def snapshot(self) -> dict[str, int]:
-        """A copy of every position."""
-        with self._lock:
-            return dict(self._positions)
-
-
-class Handoff:
-    """The bounded buffer of record batches between fetch threads and the caller."""
-
-    def __init__(self, max_batches: int) -> None:
-        self._q: queue.Queue[RecordBatch] = queue.Queue(maxsize=max_batches)
-        self.closed = threading.Event()
-
-    def put(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
-        """Wait for room; False when stopping or closed first."""
-        while not self.closed.is_set():
-            try:
-                self._q.put(batch, timeout=0.05)
-                return True
-            except queue.Full:
-                if should_stop():
-                    return False
-        return False
-
-    def get(self, timeout: float) -> RecordBatch | None:
-        """The next batch, or None after ``timeout`` seconds."""
-        try:
-            if timeout <= 0:
-                return self._q.get_nowait()
-            return self._q.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def full(self) -> bool:
-        """Whether there is no room right now."""
-        return self._q.full()
-
-    def empty(self) -> bool:
-        """Whether nothing waits."""
-        return self._q.empty()
 
 
 class _Handle:
@@ -282,6 +219,28 @@ class Coordinator:
                 self.enumerator.handle_reader_event(reader, event)
 
         self._mailbox.put(run)
+
+
+class LinkedCoordinator(Coordinator):
+    """The push driver's coordinator: its readers are behind links, so assignments and events become
+    messages to the workers."""
+
+    def __init__(self, *args: Any, send: Callable[[int, object], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._send_to = send
+
+    def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
+        """Send splits to readers."""
+        for reader, splits in assignment.items():
+            self._send_to(reader, AssignSplits(tuple(splits)))
+
+    def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
+        """Send an event to one reader."""
+        self._send_to(reader, EventToReader(event))
+
+    def signal_no_more_splits(self, reader: int) -> None:
+        """Tell a reader no more splits come."""
+        self._send_to(reader, NoMoreSplits())
 
 
 class ReaderRunner:

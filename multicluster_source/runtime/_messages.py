@@ -7,24 +7,25 @@ shape of a run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from multicluster_source.framework._events import SourceEvent
-from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.ops._metrics import SourceMetrics
 
 _log = logging.getLogger("multicluster_source.push")
 
 
-Handler = Callable[[list[SourceRecord]], object]
-"""``handler(records)``; its return value is ignored. Optional hooks: ``open(reader_index)`` and ``close()``,
-called on the worker's handler thread before the first batch and after the last."""
+Handler = Callable[[Any], object]
+"""``handler(records)`` (a ``list[SourceRecord]``), or ``handler(batch)`` (a ``MessageBatch``) with
+``run(..., batches=True)``; its return value is ignored. Optional hooks: ``open(reader_index)`` and
+``close()``, called on the worker's handler thread before the first batch and after the last."""
 OnTopicRead = Callable[[str, str, int], None]
 Deliver = Callable[[int, object], None]
 """How a transport hands the driver a message from worker ``i``: ``deliver(i, message)``."""
@@ -119,6 +120,14 @@ class WorkerFailure:
     """With the traceback."""
     error: bytes | None = None
     """The exception pickled, when it survives a round trip."""
+
+    def exception(self) -> BaseException | None:
+        """The worker's exception, when it was sent along (see :func:`error_blob`)."""
+        if self.error is not None:
+            with contextlib.suppress(Exception):
+                error: BaseException = pickle.loads(self.error)
+                return error
+        return None
 
 
 @dataclass(frozen=True)

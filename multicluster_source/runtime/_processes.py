@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory, check_picklable, reader_only_source
-from multicluster_source.runtime._host import WorkerHost
+from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import (
     Deliver,
     Handler,
@@ -84,7 +84,9 @@ class ProcessTransport:
         parallelism: int,
         racks: Mapping[int, str | None],
         options: dict[str, Any],
+        batches: bool = False,
     ) -> None:
+        self._batches = batches
         self._start_method = str(options.pop("start_method", "spawn"))
         if self._start_method not in ("spawn", "forkserver", "fork"):
             raise ConfigurationError(
@@ -115,7 +117,7 @@ class ProcessTransport:
                 process = ctx.Process(
                     target=worker_main,
                     name=f"mcs-worker-{self._name}-{i}",
-                    args=(i, source, self._handler, child_end, self._racks.get(i), levels),
+                    args=(i, source, self._handler, child_end, self._racks.get(i), levels, self._batches),
                     daemon=True,
                 )
                 process.start()
@@ -228,6 +230,7 @@ def worker_main(
     conn: Connection,
     rack: str | None,
     levels: dict[str, int],
+    batches: bool = False,
 ) -> None:
     """The body of worker process ``index``: run its reader until the parent says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -255,6 +258,7 @@ def worker_main(
         buffer_max_batches=source.options.reader_buffer_max_batches,
         rack=rack,
         track_topics=source.options.topic_tracking_enable,
+        make_records=record_maker(source, metrics, batches),
     )
     done = threading.Event()
 

@@ -1,6 +1,7 @@
 """The push API, ``MultiClusterKafkaSource.run(handler, parallelism, runtime=...)``, and its runtimes.
 
-``handler(records)`` is called inside each reader's worker with that reader's batches, one batch at a time;
+``handler(records)`` (or ``handler(batch)``, a :class:`MessageBatch`, with ``batches=True``) is called inside
+each reader's worker with that reader's batches, one batch at a time;
 a batch's positions count as delivered once the handler returned from it, and checkpoints cover exactly
 what the handlers returned from.
 
@@ -51,17 +52,18 @@ def _make_transport(
     parallelism: int,
     racks: Mapping[int, str | None],
     options: dict[str, Any],
+    batches: bool,
 ) -> Transport:
     if runtime == "threads":
-        return ThreadTransport(source, handler, parallelism, racks, options)
+        return ThreadTransport(source, handler, parallelism, racks, options, batches)
     if runtime == "processes":
         from multicluster_source.runtime._processes import ProcessTransport
 
-        return ProcessTransport(source, handler, parallelism, racks, options)
+        return ProcessTransport(source, handler, parallelism, racks, options, batches)
     if runtime == "ray":
         from multicluster_source.runtime._ray import RayTransport
 
-        return RayTransport(source, handler, parallelism, racks, options)
+        return RayTransport(source, handler, parallelism, racks, options, batches)
     raise ConfigurationError(f"run(runtime=...): one of {', '.join(RUNTIMES)}, got {runtime!r}")
 
 
@@ -111,7 +113,10 @@ def run_source(
     startup_timeout = float(options.pop("startup_timeout", 120.0))
     stop_timeout = float(options.pop("stop_timeout", 60.0))
     racks = validate_reader_racks(options.pop("reader_racks", None), parallelism)
-    transport = _make_transport(runtime, source, handler, parallelism, racks, options)
+    batches = options.pop("batches", False)
+    if not isinstance(batches, bool):
+        raise ConfigurationError(f"run(batches=...): True or False, got {batches!r}")
+    transport = _make_transport(runtime, source, handler, parallelism, racks, options, batches)
     driver = Driver(
         source,
         parallelism,

@@ -36,7 +36,7 @@ from typing import Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory, reader_only_source
-from multicluster_source.runtime._host import WorkerHost
+from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink, WorkerStopped
 
 _log = logging.getLogger("multicluster_source.push")
@@ -63,6 +63,7 @@ class ReaderActor:
         handler: Handler,
         rack: str | None,
         rack_label: str | None,
+        batches: bool = False,
     ) -> None:
         ray = _ray()
         context = ray.get_runtime_context()
@@ -84,6 +85,7 @@ class ReaderActor:
             rack=rack,
             track_topics=source.options.topic_tracking_enable,
             host_name=f"{socket.gethostname()} (ray node {self.node_id[:12]})",
+            make_records=record_maker(source, metrics, batches),
         )
         self._next = 1
         self._held: dict[int, object] = {}
@@ -170,7 +172,9 @@ class RayTransport:
         parallelism: int,
         racks: Mapping[int, str | None],
         options: dict[str, Any],
+        batches: bool = False,
     ) -> None:
+        self._batches = batches
         self._ray = _ray()
         self._address: str | None = options.pop("ray_address", None)
         self._init_args = dict(options.pop("ray_init", None) or {})
@@ -217,7 +221,7 @@ class RayTransport:
         try:
             for i in range(self._parallelism):
                 actor = actor_class.options(**self._options_for(i)).remote(
-                    i, self._source, self._handler, self._racks.get(i), self._rack_label
+                    i, self._source, self._handler, self._racks.get(i), self._rack_label, self._batches
                 )
                 self._links.append(_RayLink(actor))
         finally:

@@ -10,15 +10,22 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from multicluster_source.enumerator._state import state_split_ids
-from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError, SourceFailedError
+from multicluster_source.exceptions import (
+    ConfigurationError,
+    DeserializationError,
+    MultiClusterSourceError,
+    SourceFailedError,
+)
 from multicluster_source.framework._checkpoint import CheckpointStore
-from multicluster_source.framework._clientprops import _SECRET_WORDS
-from multicluster_source.framework._interfaces import RecordBatch
-from multicluster_source.framework._records import SourceRecord
+from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
-from multicluster_source.ops._admin_target import RecordingSubscriber, lag_rows
+from multicluster_source.ops._admin_target import RecordingSubscriber
 from multicluster_source.ops._metrics import SourceMetrics
-from multicluster_source.runtime._local import Coordinator, Handoff, PositionTracker, ReaderRunner
+from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime._delivery import Delivery
+from multicluster_source.runtime._handoff import Handoff, PositionTracker
+from multicluster_source.runtime._local import Coordinator, ReaderRunner
+from multicluster_source.runtime._status import secret_values, stream_health, stream_status
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -58,8 +65,6 @@ class SourceStream:
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._closed = False
-        self._pending: list[SourceRecord] = []
-        self._pending_batch: RecordBatch | None = None
         self._checkpoint_id = 0
         self._last_checkpoint = time.monotonic()
         self.restored_from: str | None = None
@@ -76,6 +81,10 @@ class SourceStream:
             _log.info("source=%s: restoring from checkpoint %s", self._name, restored.path)
         self._tracker = PositionTracker(restored.positions if restored else None)
         self._handoff = Handoff(source.options.reader_buffer_max_batches)
+        make_records = RecordMaker(
+            source.deserializer, source.options.deserialization_error_policy, self._metrics
+        )
+        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance)
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
         racks = dict(reader_racks or {})
         self._coordinator.racks = racks
@@ -173,37 +182,42 @@ class SourceStream:
 
         Raises the source's fatal error if it failed.
         """
-        self._raise_if_failed()
-        if self._closed:
+        if not self._before_poll():
             return []
-        if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
-            self.checkpoint()
-        out: list[SourceRecord] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < max_records:
-            if self._pending_batch is None:
-                wait = 0.0 if out else deadline - time.monotonic()
-                batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0)
-                if batch is None:
-                    if out or time.monotonic() >= deadline or self._error is not None or self.finished:
-                        break
-                    continue
-                self._pending_batch = batch
-                self._pending = list(batch.records)
-            room = max_records - len(out)
-            if len(self._pending) <= room:
-                out.extend(self._pending)
-                assert self._pending_batch is not None
-                self._tracker.advance(self._pending_batch.positions)
-                self._pending = []
-                self._pending_batch = None
-            else:
-                part, self._pending = self._pending[:room], self._pending[room:]
-                out.extend(part)
-                self._tracker.advance({r.split_id: r.offset + 1 for r in part})
+        try:
+            out = self._delivery.records(timeout, max_records, self._stop_waiting)
+        except DeserializationError as exc:  # policy "fail": the same for every reader, the source fails
+            self._fail(exc)
+            raise
         if not out:
             self._raise_if_failed()
         return out
+
+    def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
+        """Batches of the client's own messages that are ready (at most ``max_records`` messages in all),
+        ``[]`` after ``timeout`` seconds: no record is built, no deserializer applied (the zero-copy path).
+
+        May be mixed with :meth:`poll`; checkpoints cover every message of every batch returned. Raises the
+        source's fatal error if it failed.
+        """
+        if not self._before_poll():
+            return []
+        out = self._delivery.batches(timeout, max_records, self._stop_waiting)
+        if not out:
+            self._raise_if_failed()
+        return out
+
+    def _before_poll(self) -> bool:
+        """Raise the source's failure; take a periodic checkpoint when one is due; False when closed."""
+        self._raise_if_failed()
+        if self._closed:
+            return False
+        if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
+            self.checkpoint()
+        return True
+
+    def _stop_waiting(self) -> bool:
+        return self._closed or self._error is not None or self.finished
 
     def __iter__(self) -> Iterator[SourceRecord]:
         """Every record, blocking; ends when a bounded source finished or the stream was closed."""
@@ -222,7 +236,7 @@ class SourceStream:
         return (
             enumerator is not None
             and enumerator.is_finished()
-            and self._pending_batch is None
+            and not self._delivery.holding
             and self._handoff.empty()
         )
 
@@ -276,63 +290,16 @@ class SourceStream:
             return None
         return dict(result) if isinstance(result, dict) else None
 
-    def _reader_alive(self, runner: ReaderRunner) -> bool:
-        return runner.alive
-
     def health(self) -> dict[str, Any]:
         """``{"status": "ready"}`` when metadata is loaded and every reader thread runs, else
         ``{"status": "not_ready", "reasons": [...]}``."""
-        reasons: list[str] = []
-        if self._closed:
-            reasons.append("the stream is closed")
-        if self._error is not None:
-            reasons.append(f"the source failed: {type(self._error).__name__}: {self._error}")
-        if not self._closed:
-            enum = self._enumerator_status()
-            if enum is None:
-                reasons.append("the enumerator did not answer within 5 s")
-            elif int(enum.get("metadata_version", 0)) < 1:
-                reasons.append("stream metadata is not loaded yet")
-            reasons += [
-                f"reader {r.index} is not running" for r in self._readers if not self._reader_alive(r)
-            ]
-        if reasons:
-            return {"status": "not_ready", "reasons": reasons}
-        return {"status": "ready", "reasons": []}
+        enum = None if self._closed else self._enumerator_status()
+        return stream_health(self._closed, self._error, enum, self._readers)
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready view for the admin server: health, streams, clusters (servers and topics, never
         properties), splits per reader, lag per partition, last reconciliation, metadata failures, topic
         tracking. ``enumerator`` holds the enumerator's own view."""
-        enum = self._enumerator_status() or {}
-        health = self.health()
-        clusters_md: dict[str, Any] = enum.get("clusters", {})
-        assignments = self.assignments()
-        per_cluster: dict[str, int] = {}
-        for split_ids in assignments.values():
-            for sid in split_ids:
-                cid = sid.rsplit("/", 2)[0]
-                per_cluster[cid] = per_cluster.get(cid, 0) + 1
-        clusters = {
-            cid: {
-                "bootstrap_servers": md.get("bootstrap_servers"),
-                "topics": list(md.get("topics", [])),
-                "assigned_splits": per_cluster.get(cid, 0),
-            }
-            for cid, md in clusters_md.items()
-        }
-        streams = {
-            s.stream_id: {cid: sorted(c.topics) for cid, c in sorted(s.clusters.items())}
-            for s in self._streams.last
-        }
-        tracking: dict[str, Any] = {
-            "enabled": self._topics.enabled,
-            "allow_reset": self._topics.allow_reset,
-            "store": self._topics.store.describe() if self._topics.enabled else None,
-            "topics": self._topics.active() if self._topics.enabled else {},
-        }
-        registry = self._metrics.registry
-        failures_total = registry.get_sample_value("multicluster_source_metadata_failures_total")
         if self._closed:
             state = "closed"
         elif self._error is not None:
@@ -341,52 +308,24 @@ class SourceStream:
             state = "finished"
         else:
             state = "running"
-        return {
-            "source": self._name,
-            "state": state,
-            "health": health,
-            "parallelism": self._parallelism,
-            "streams": streams,
-            "clusters": clusters,
-            "readers": {str(r.index): self._reader_status(r, assignments) for r in self._readers},
-            "placement": enum.get("placement", {}),
-            "failovers": enum.get("failovers", []),
-            "lag": lag_rows(self._metrics.registry, {cid: c["topics"] for cid, c in clusters.items()}),
-            "last_reconciliation": enum.get("last_reconciliation"),
-            "metadata": {
-                "version": enum.get("metadata_version"),
-                "failures_in_a_row": enum.get("metadata_failures_in_a_row"),
-                "failures_total": None if failures_total is None else int(failures_total),
-                "retained_splits": len(enum.get("retained", [])),
-            },
-            "tracking": tracking,
-            "checkpoint": {"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
-            "enumerator": enum,
-        }
-
-    def _reader_status(self, runner: ReaderRunner, assignments: dict[int, list[str]]) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "alive": runner.alive,
-            "rack": runner.rack,
-            "splits": assignments.get(runner.index, []),
-        }
-        if runner.failed is not None:
-            out["failed"] = f"{type(runner.failed).__name__}: {runner.failed}"
-        detail = getattr(runner.reader, "status", None)
-        if callable(detail) and runner.failed is None:
-            info = detail()
-            out["standby"] = info.get("standby", [])
-            out["fetching_from"] = info.get("fetching_from", {})
-        return out
+        return stream_status(
+            name=self._name,
+            state=state,
+            health=self.health(),
+            parallelism=self._parallelism,
+            enumerator=self._enumerator_status() or {},
+            assignments=self.assignments(),
+            readers=self._readers,
+            streams=self._streams.last,
+            topics=self._topics,
+            registry=self._metrics.registry,
+            checkpoint={"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
+        )
 
     def secret_values(self) -> set[str]:
         """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin
         server can make sure none appears in an answer."""
-        props: list[tuple[str, str]] = list(self._source.client_properties.items())
-        for s in self._streams.last:
-            for cluster in s.clusters.values():
-                props.extend(cluster.properties.items())
-        return {v for k, v in props if v and any(w in k.lower() for w in _SECRET_WORDS)}
+        return secret_values(self._source.client_properties, self._streams.last)
 
     # -------------------------------------------------------------------------------------- checkpoints
 

@@ -12,7 +12,7 @@ from typing import Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory
-from multicluster_source.runtime._host import WorkerHost
+from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink
 
 _log = logging.getLogger("multicluster_source.push")
@@ -41,11 +41,13 @@ class ThreadTransport:
         parallelism: int,
         racks: Mapping[int, str | None],
         options: dict[str, Any],
+        batches: bool = False,
     ) -> None:
         if options:
             raise ConfigurationError(f"run(runtime='threads'): unknown options {sorted(options)}")
         self._source = source
         self._handler = handler
+        self._batches = batches
         self._parallelism = parallelism
         self._racks = dict(racks)
         self._threads: list[threading.Thread] = []
@@ -63,6 +65,7 @@ class ThreadTransport:
                 buffer_max_batches=source.options.reader_buffer_max_batches,
                 rack=self._racks.get(i),
                 track_topics=source.options.topic_tracking_enable,
+                make_records=record_maker(source, metrics, self._batches),
             )
             thread = threading.Thread(
                 target=self._run_host,

@@ -425,10 +425,11 @@ def _fetch_with(
     consumer: _FakeConsumer, policy: str | None, split: Any
 ) -> tuple[_Ctx, list[list[str]], CollectorRegistry]:
     from multicluster_source.ops._metrics import SourceMetrics
-    from multicluster_source.reader._fetcher import ClusterFetcher, FetchSettings
+    from multicluster_source.reader._fetcher import ClusterFetcher
+    from multicluster_source.reader._settings import FetchSettings
 
     registry = CollectorRegistry()
-    settings = FetchSettings("src", 0, None, "fail", 100, SourceMetrics(registry, "src"), poll_timeout_s=0.01)
+    settings = FetchSettings("src", 0, 100, SourceMetrics(registry, "src"), poll_timeout_s=0.01)
     conf = {} if policy is None else {"auto.offset.reset": policy}
     ctx = _Ctx()
     finished: list[list[str]] = []
@@ -494,7 +495,7 @@ def test_fetcher_reset_policy_error_fails_the_source() -> None:
     ],
 )
 def test_offset_reset_policy_and_consumer_config(value: str | None, policy: str) -> None:
-    from multicluster_source.reader._fetcher import consumer_config, offset_reset_policy
+    from multicluster_source.reader._resets import consumer_config, offset_reset_policy
 
     conf = {"bootstrap.servers": "x:1"} | ({} if value is None else {"auto.offset.reset": value})
     assert offset_reset_policy(conf) == policy

@@ -29,6 +29,7 @@ CONTRACT = {
 }
 
 CONTRACT.add("KafkaTopicMetadataService")
+CONTRACT.add("MessageBatch")  # API.md section 8
 
 PINNED = [
     "CheckpointError",
@@ -47,6 +48,7 @@ PINNED = [
     "KafkaTopicMetadataWriter",
     "KafkaTopicStatusStore",
     "LocalTopicStatusStore",
+    "MessageBatch",
     "MetadataError",
     "MetadataValidationError",
     "MetadataWriterFencedError",

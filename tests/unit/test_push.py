@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from confluent_kafka import Message
 
 from multicluster_source import (
     CheckpointStorage,
@@ -105,20 +106,17 @@ class FakeReader:
                 self.ctx.reader_failed(RuntimeError("broken client"))
                 return
             end = min(stop, offset + self.batch)
-            records = [
-                SourceRecord(
-                    split.cluster_id,
-                    split.topic,
-                    split.partition,
-                    o,
-                    None,
-                    None,
-                    f"{split.split_id}@{o}",
-                    None,
+            messages = [
+                Message(
+                    topic=split.topic,
+                    partition=split.partition,
+                    offset=o,
+                    value=f"{split.split_id}@{o}".encode(),
                 )
                 for o in range(offset, end)
             ]
-            if not self.ctx.emit(RecordBatch(records, {split.split_id: end}), self._stop.is_set):
+            batch = RecordBatch(split.cluster_id, messages, {split.split_id: end})
+            if not self.ctx.emit(batch, self._stop.is_set):
                 return
             self.emitted += 1
             offset = end
@@ -238,8 +236,12 @@ class FakeSource:
         self.name = "fake"
         self.bounded = True
         self.metadata_service = None
+        self.deserializer = None
         self.options = SimpleNamespace(
-            reader_heartbeat_timeout_ms=10_000, reader_buffer_max_batches=4, topic_tracking_enable=True
+            reader_heartbeat_timeout_ms=10_000,
+            reader_buffer_max_batches=4,
+            topic_tracking_enable=True,
+            deserialization_error_policy="fail",
         )
         self.ends = ends
         self.fail_reader = fail_reader
@@ -282,7 +284,7 @@ class Collect:
     def __call__(self, records: list[SourceRecord]) -> None:
         time.sleep(self.delay)
         with self.lock:
-            self.values.extend(str(r.value) for r in records)
+            self.values.extend(r.value.decode() for r in records)
             if self.stop is not None and self.stop_after is not None and len(self.values) >= self.stop_after:
                 self.stop.set()
 
@@ -448,7 +450,7 @@ def test_host_reader_failure_is_reported_and_fences_emits() -> None:
         and failures[0].kind == "reader"
         and failures[0].summary == "RuntimeError: client fenced"
     )
-    assert not host.emit(RecordBatch([], {}), lambda: False)
+    assert not host.emit(RecordBatch("c", [], {}), lambda: False)
     assert isinstance(sent[-1], WorkerStopped)
 
 
