@@ -73,6 +73,7 @@ class ClusterFetcher:
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_topics: set[str] = set()
+        self._assigned_once = False
         self._thread = threading.Thread(
             target=self._run,
             name=f"mcs-fetch-{settings.source_name}-{settings.reader_index}-{cluster_id}",
@@ -197,7 +198,9 @@ class ClusterFetcher:
                 for split in live:
                     self._progress[split.topic_partition] = _Progress(split)
                 if live:
-                    self._learn_topics(consumer, {s.topic for s in live})
+                    if self._assigned_once:
+                        self._learn_topics(consumer, {s.topic for s in live})
+                    self._assigned_once = True
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]
                     )
@@ -225,7 +228,8 @@ class ClusterFetcher:
         """Ask for the metadata of topics this consumer has not read yet, before assigning them: librdkafka
         otherwise learns a new topic's leaders on its next metadata refresh and starts fetching it only
         then (0.5-1 s after ``incremental_assign`` was measured); with the metadata at hand it fetches at
-        once. One round trip per new topic; a failure only costs that delay."""
+        once. One round trip per new topic; a failure only costs that delay. Not done for a consumer's
+        first assignment: a new consumer asks for the metadata of its topics as it connects."""
         for topic in sorted(topics - self._known_topics):
             try:
                 consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
