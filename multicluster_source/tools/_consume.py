@@ -20,37 +20,35 @@ from multicluster_source.runtime._stream import SourceStream
 
 __all__ = ["Progress", "consume_to", "message_line"]
 
+_string: Any = json.encoder.encode_basestring  # the C version when available
 
-def _text_or_b64(out: dict[str, Any], name: str, data: bytes | None) -> None:
+
+def _field(name: str, data: bytes | None) -> str:
+    """``,"name":"text"``, or ``,"name_base64":"..."`` for bytes that are not UTF-8, or ``,"name":null``."""
     if data is None:
-        out[name] = None
-        return
+        return f',"{name}":null'
     try:
-        out[name] = data.decode("utf-8")
+        return f',"{name}":{_string(data.decode("utf-8"))}'
     except UnicodeDecodeError:
-        out[f"{name}_base64"] = base64.b64encode(data).decode("ascii")
+        return f',"{name}_base64":"{base64.b64encode(data).decode("ascii")}"'
 
 
-def message_line(cluster_id: str, message: Any) -> bytes:
-    """One JSON line for a client message of ``cluster_id``."""
-    out: dict[str, Any] = {
-        "cluster": cluster_id,
-        "topic": message.topic(),
-        "partition": message.partition(),
-        "offset": message.offset(),
-        "timestamp": message.timestamp()[1],
-    }
-    _text_or_b64(out, "key", message.key())
-    _text_or_b64(out, "value", message.value())
+def message_line(cluster_json: str, message: Any) -> bytes:
+    """One JSON line for a client message; ``cluster_json`` is the cluster id as a JSON string (made once
+    per batch). Written by hand with the json module's C string encoder: about 3x faster than ``dumps``."""
+    line = (
+        f'{{"cluster":{cluster_json},"topic":{_string(message.topic())},"partition":{message.partition()},'
+        f'"offset":{message.offset()},"timestamp":{message.timestamp()[1]}'
+        f"{_field('key', message.key())}{_field('value', message.value())}"
+    )
     headers = message.headers()
     if headers:
-        hs: list[dict[str, Any]] = []
-        for name, value in headers:
-            h: dict[str, Any] = {"name": name}
-            _text_or_b64(h, "value", value)
-            hs.append(h)
-        out["headers"] = hs
-    return json.dumps(out, ensure_ascii=False).encode("utf-8") + b"\n"
+        line += (
+            ',"headers":['
+            + ",".join(f'{{"name":{_string(n)}{_field("value", v)}}}' for n, v in headers)
+            + "]"
+        )
+    return (line + "}\n").encode("utf-8")
 
 
 class Progress:
@@ -125,7 +123,8 @@ def consume_to(
                 if raw:
                     out.write(b"".join((m.value() or b"") + b"\n" for m in batch.messages))
                 else:
-                    out.write(b"".join(message_line(batch.cluster_id, m) for m in batch.messages))
+                    cluster = _string(batch.cluster_id)
+                    out.write(b"".join(message_line(cluster, m) for m in batch.messages))
                 written += len(batch)
                 if progress is not None:
                     progress.update(len(batch))
