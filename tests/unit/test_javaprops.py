@@ -4,6 +4,7 @@ others are refused with what to write instead, and the table itself names real l
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,10 @@ def test_the_table_names_java_names_librdkafka_lacks_and_librdkafka_names_it_has
     assert translate_java_properties({name: "1"}, where="t") == (
         {entry.librdkafka: "1"} if entry.rename else {name: "1"}
     )
+
+
+def test_the_readme_table_lists_every_java_name() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    for name, entry in JAVA_CONSUMER_PROPERTIES.items():
+        target = f"`{entry.librdkafka}`" if entry.librdkafka else "—"
+        assert f"| `{name}` | {target} |" in readme, name
