@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -223,6 +225,10 @@ def _consume(args: argparse.Namespace, err: TextIO) -> int:
     if show and not args.follow:
         total = _bounded_total(streams, props, args)
         progress = Progress(total if args.max_records is None else min(total, args.max_records), err)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(
+            signal.SIGTERM, _interrupt
+        )  # stop like Ctrl-C: close the clients, flush what was written
     with source.open(parallelism=args.parallelism) as stream:
         consume_to(
             stream,
@@ -232,6 +238,10 @@ def _consume(args: argparse.Namespace, err: TextIO) -> int:
             progress=progress,
         )
     return EXIT_OK
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _bounded_total(streams: list[KafkaStream], props: dict[str, str], args: argparse.Namespace) -> int:

@@ -162,3 +162,4 @@ def test_consume_follow_prints_records_produced_later(kafka_cluster: Cluster, tm
             proc.terminate()
             proc.wait(timeout=30)
     assert got == ["a", "b"]
+    assert proc.returncode == 0  # SIGTERM stops it like Ctrl-C: clients closed, a clean exit
