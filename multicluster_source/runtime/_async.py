@@ -12,7 +12,7 @@ nothing here waits on a thread from the event loop.
   returned at once; a ``poll`` cancelled while it waits has taken nothing, so what it did not return is
   returned by the next call. ``async for`` takes one record per step for the same reason (a checkpoint
   covers exactly the records handed to the loop body), and lets other tasks run every
-  :data:`_YIELD_EVERY` records when records are always ready.
+  :data:`_YIELD_AFTER_S` when records are always ready.
 - **Blocking work** (open, checkpoint, close, the enumerator's part of ``status()``) runs in the loop's
   default executor (``asyncio.to_thread``). Periodic checkpoints (``checkpoint_interval``) are taken by
   this wrapper, in the executor, before a poll takes records, so each covers what was returned before it.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
@@ -35,8 +36,8 @@ _log = logging.getLogger("multicluster_source")
 
 _IDLE_WAKE_S = 0.5
 """Longest wait without a put before a waiting poll looks at failure, close and bounded end again."""
-_YIELD_EVERY = 256
-"""``async for`` lets other tasks run after this many records taken without a suspension."""
+_YIELD_AFTER_S = 0.002
+"""``async for`` lets other tasks run when it went this long without a suspension (records always ready)."""
 _STATUS_MAX_AGE_S = 1.0
 
 T = TypeVar("T")
@@ -66,7 +67,7 @@ class AsyncSourceStream:
         self._closed = False
         self._checkpoint_lock: asyncio.Lock | None = None
         self._last_checkpoint = time.monotonic()
-        self._since_yield = 0
+        self._yielded_at = time.monotonic()
         self._status: dict[str, Any] = {"state": "opening"}
         self._status_at = 0.0
         self._status_task: asyncio.Future[dict[str, Any]] | None = None
@@ -93,8 +94,9 @@ class AsyncSourceStream:
         self._last_checkpoint = time.monotonic()
         self._stream = stream
         stream._handoff.on_put = self._on_put
-        self._status = await asyncio.to_thread(stream.status)
-        self._status_at = time.monotonic()
+        # the first status document is made in the executor; status() shows it once it is there
+        self._status = {"source": stream.name, "state": "starting"}
+        self._status_task = loop.run_in_executor(None, stream.status)
         return self
 
     def __await__(self) -> Generator[Any, None, AsyncSourceStream]:
@@ -151,7 +153,6 @@ class AsyncSourceStream:
             out = take(stream)  # non-blocking; nothing is awaited from here to the return
             if out or self._closed or stream.finished:
                 self._armed = False
-                self._since_yield = 0
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -160,6 +161,7 @@ class AsyncSourceStream:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(remaining, _IDLE_WAKE_S)):
                     await wake.wait()
+            self._yielded_at = time.monotonic()
 
     def __aiter__(self) -> AsyncSourceStream:
         return self
@@ -168,13 +170,12 @@ class AsyncSourceStream:
         """The next record; ends when a bounded source has finished or the stream was closed."""
         stream = self._opened()
         await self._checkpoint_if_due()
-        if self._since_yield >= _YIELD_EVERY:
+        if time.monotonic() - self._yielded_at >= _YIELD_AFTER_S:
             await asyncio.sleep(0)  # records are always ready: let the loop's other tasks run
-            self._since_yield = 0
+            self._yielded_at = time.monotonic()
         while True:
             got = stream.poll(timeout=0, max_records=1) if not self._closed else []
             if got:
-                self._since_yield += 1
                 return got[0]
             if self._closed or stream.finished:
                 raise StopAsyncIteration
@@ -270,8 +271,8 @@ def _close_when_opened(future: asyncio.Future[SourceStream]) -> None:
         return
     stream = future.result()
     _log.info("source=%s: open_async was cancelled while opening; closing", stream.name)
-    loop = asyncio.get_running_loop()
-    loop.run_in_executor(None, stream.close)
+    # a thread of its own: the loop and its executor may be shutting down (asyncio.run's end)
+    threading.Thread(target=stream.close, name=f"mcs-close-{stream.name}").start()
 
 
 __all__ = ["AsyncSourceStream"]
