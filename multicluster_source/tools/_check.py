@@ -40,18 +40,39 @@ def _format(problem: MetadataError) -> str:
     return f"{where}:{key} {problem.reason}"
 
 
-def _property_problems(path: str, streams: set[KafkaStream]) -> list[str]:
+def _line_of(lines: list[str], cluster_id: str, key: str) -> int | None:
+    """The 1-based line of property ``key`` in the entry of ``cluster_id`` (the first such line after a line
+    naming the cluster), or None when it cannot be told (JSON on one line, a key in quotes, ...)."""
+    start = next((i for i, line in enumerate(lines) if cluster_id in line), None)
+    if start is None:
+        return None
+    for i in range(start, len(lines)):
+        stripped = lines[i].strip().lstrip("{,").strip()
+        if stripped.startswith((f"{key}:", f'"{key}":', f"'{key}':")):
+            return i + 1
+    return None
+
+
+def _property_problems(path: Path, streams: set[KafkaStream], key: str) -> list[str]:
+    """Every client property librdkafka refuses, one line each, with the line of the key where found."""
+    text_path = path / key if path.is_dir() else path
+    try:
+        lines = text_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
     out: list[str] = []
     seen: set[str] = set()
     for stream in sorted(streams, key=lambda s: s.stream_id):
         for cid, cluster in sorted(stream.clusters.items()):
-            if cid in seen or not cluster.properties:
+            if cid in seen:
                 continue
             seen.add(cid)
-            try:
-                validate_client_properties(cluster.properties, where=f"cluster {cid!r} properties")
-            except ConfigurationError as exc:
-                out.append(f"{path}: {exc}")
+            for key, value in sorted(cluster.properties.items()):
+                try:
+                    validate_client_properties({key: value}, where=f"cluster {cid!r} properties")
+                except ConfigurationError as exc:
+                    line = _line_of(lines, cid, key)
+                    out.append(f"{path}:{line}: {exc}" if line is not None else f"{path}: {exc}")
     return out
 
 
@@ -77,7 +98,7 @@ def check_path(path: str, key: str | None, out: TextIO) -> int:
         return 1
     finally:
         service.close()
-    problems = _property_problems(path, streams)
+    problems = _property_problems(target, streams, key or _DEFAULT_KEY)
     for line in problems:
         print(line, file=out)
     if problems:

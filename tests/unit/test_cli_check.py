@@ -95,8 +95,13 @@ def test_a_valid_file_is_summed_up_and_java_properties_are_checked(tmp_path: Pat
     done = check(str(path))
     assert done.returncode == 0, done.stdout
     assert done.stdout.strip() == f"{path}: valid: 1 stream(s), 1 cluster(s), 2 topic(s)"
-    path.write_text(path.read_text() + "      properties:\n        sasl.jaas.config: x\n")
+    path.write_text(
+        path.read_text() + "      properties:\n        sasl.jaas.config: x\n        fetch.min.bytes: lots\n"
+    )
     done = check(str(path))
     assert done.returncode == 1
-    assert "cluster 'east' properties: client property 'sasl.jaas.config'" in done.stdout
-    assert "'sasl.username'" in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{path}:8: cluster 'east' properties: invalid value 'lots'")
+    assert lines[1].startswith(f"{path}:7: cluster 'east' properties: client property 'sasl.jaas.config'")
+    assert "'sasl.username'" in lines[1]
+    assert lines[2] == f"2 problem(s) in {path}"
