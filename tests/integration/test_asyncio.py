@@ -44,8 +44,10 @@ class SlowSteps(logging.Handler):
 
 
 class LoopRun:
-    """Runs a coroutine to its end on a fresh loop of one kind, in debug mode: every step of the loop (a
-    callback, a task step) that runs longer than 50 ms is reported in ``slow_steps``."""
+    """Runs a coroutine to its end on a fresh loop of one kind, in debug mode (which also refuses loop calls
+    from other threads): steps of the loop (a callback, a task step) that ran longer than 50 ms by the wall
+    clock are kept in ``slow_steps`` to explain a failure. They are not asserted on: on a loaded machine the
+    wall clock counts the time other processes had the CPU; the ticker takes that out."""
 
     def __init__(self, factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:
         self.factory = factory
@@ -107,9 +109,10 @@ class Ticker:
             self.worst = max(self.worst, late - (_runqueue_wait() - waited))
             self.ticks += 1
 
-    def describe(self) -> str:
+    def describe(self, run: LoopRun) -> str:
         return (
-            f"loop blocked for {self.worst * 1000:.0f} ms ({self.worst_wall * 1000:.0f} ms by the wall clock)"
+            f"loop blocked for {self.worst * 1000:.0f} ms ({self.worst_wall * 1000:.0f} ms by the wall clock); "
+            f"steps over 50 ms by the wall clock: {run.slow_steps}"
         )
 
     def __enter__(self) -> Ticker:
@@ -146,8 +149,7 @@ def test_async_for_reads_every_record_without_blocking_the_loop(kafka_cluster: C
     got, ticker, status = run(main())
     assert values(got) == {v: 1 for _p, v in sent}
     assert max(keys(got).values()) == 1
-    assert not run.slow_steps, run.slow_steps
-    assert ticker.ticks > 0 and ticker.worst < 0.05, ticker.describe()
+    assert ticker.ticks > 0 and ticker.worst < 0.05, ticker.describe(run)
     assert status["source"] == source.name and "clusters" in status
 
 
@@ -173,11 +175,11 @@ def test_an_idle_poll_waits_without_blocking_and_wakes_on_a_record(
     assert empty == []
     assert [r.value for r in got] == [b"late"]
     assert woke_after < 10.0  # woken by the record, not by the 30 s timeout
-    assert not run.slow_steps, run.slow_steps
-    assert ticker.worst < 0.05, ticker.describe()
+    assert ticker.worst < 0.05, ticker.describe(run)
 
 
-def test_cancelled_polls_lose_no_record(kafka_cluster: Cluster, run: LoopRun) -> None:
+@pytest.mark.parametrize("path", ["poll", "poll_batches"])
+def test_cancelled_polls_lose_no_record(kafka_cluster: Cluster, run: LoopRun, path: str) -> None:
     topic = kafka_cluster.create_topic("async-cancel", partitions=2)
     kafka_cluster.produce_n(topic, 2000, partitions=2)
     source = (
@@ -187,13 +189,15 @@ def test_cancelled_polls_lose_no_record(kafka_cluster: Cluster, run: LoopRun) ->
     )
     rng = random.Random(15)
 
-    async def main() -> tuple[list[SourceRecord], int]:
-        got: list[SourceRecord] = []
+    async def main() -> tuple[list[tuple[int, int]], int]:
+        got: list[tuple[int, int]] = []
         cancelled = 0
         async with source.open_async(parallelism=2) as s:
             deadline = time.monotonic() + 60
             while not s.finished and time.monotonic() < deadline:
-                task = asyncio.create_task(s.poll(timeout=0.05, max_records=rng.choice([1, 7, 50])))
+                n = rng.choice([1, 7, 50])
+                call = s.poll(timeout=0.05, max_records=n) if path == "poll" else s.poll_batches(0.05, n)
+                task: asyncio.Task[Any] = asyncio.create_task(call)
                 await asyncio.sleep(rng.choice([0, 0, 0.001, 0.01]))
                 if task.cancel():
                     try:
@@ -201,12 +205,15 @@ def test_cancelled_polls_lose_no_record(kafka_cluster: Cluster, run: LoopRun) ->
                     except asyncio.CancelledError:
                         cancelled += 1
                         continue
-                got.extend(task.result())
+                if path == "poll":
+                    got.extend((r.partition, r.offset) for r in task.result())
+                else:
+                    got.extend((m.partition(), m.offset()) for b in task.result() for m in b.messages)
         return got, cancelled
 
     got, cancelled = run(main())
-    assert cancelled > 0  # the test did cancel polls in flight
-    assert len(got) == 2000 and max(keys(got).values()) == 1
+    assert cancelled > 0  # the test did cancel calls in flight
+    assert sorted(got) == sorted((p, o) for p in range(2) for o in range(1000))
 
 
 def test_batches_and_checkpoints_cover_what_was_returned(
