@@ -261,8 +261,9 @@ class AsyncSourceStream:
         stream._handoff.on_put = None
         if self._wake is not None:
             self._wake.set()
-        if self._status_task is not None:
-            self._status_task.cancel()
+        task = self._status_task
+        if task is not None and not task.cancel() and not task.cancelled():
+            task.exception()  # retrieved, so that a failed status read is not reported at exit
         await asyncio.shield(asyncio.to_thread(stream.close))
 
 
