@@ -22,6 +22,7 @@ from multicluster_source.enumerator._standby import (
 )
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._clientprops import validate_client_properties
+from multicluster_source.framework._javaprops import translate_java_properties
 from multicluster_source.framework._options import SourceOptions, split_properties
 from multicluster_source.framework._records import RawRecord
 from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
@@ -200,7 +201,7 @@ class SourceBuilderBase:
             raise ConfigurationError("set_topic_tracking_topic(): bootstrap_servers must not be empty")
         if not isinstance(topic, str) or not TOPIC_RE.match(topic) or topic in (".", ".."):
             raise ConfigurationError(f"set_topic_tracking_topic(): {topic!r} is not a valid topic name")
-        props = dict(client_properties or {})
+        props = translate_java_properties(client_properties or {}, where="set_topic_tracking_topic")
         validate_client_properties(props, where="set_topic_tracking_topic")
         store = KafkaTopicStatusStore(bootstrap_servers.strip(), topic, props)
         return self._set_topic_store("set_topic_tracking_topic", store)
@@ -235,6 +236,7 @@ class SourceBuilderBase:
         options = SourceOptions.from_properties(source_props)
         if "group.id" in client_props:
             raise ConfigurationError("property 'group.id': use set_group_id() instead")
+        client_props = translate_java_properties(client_props, where="set_properties")
         validate_client_properties(client_props, where="set_properties")
         if self._stopping is not None and self._stopping.kind == "committed" and self._group_id is None:
             raise ConfigurationError("set_bounded(OffsetsInitializer.committed()) needs set_group_id()")

@@ -33,6 +33,7 @@ from multicluster_source.ops._topic_stores import (
 from multicluster_source.ops._tracking import TopicTracker
 from multicluster_source.reader._multicluster import MultiClusterReader
 from multicluster_source.reader._settings import FetchSettings, ReaderSettings
+from multicluster_source.runtime._async import AsyncSourceStream
 from multicluster_source.runtime._factory import validate_reader_racks
 from multicluster_source.runtime._stream import SourceStream
 
@@ -129,16 +130,7 @@ class MultiClusterKafkaSource:
         ``admin_address`` (``"127.0.0.1:0"`` picks a free port) starts the admin HTTP server
         (``SourceStream.admin_url``); an address that is not loopback needs ``admin_token``, a bearer token
         every request but ``/health`` must carry."""
-        if not isinstance(parallelism, int) or parallelism < 1:
-            raise ConfigurationError(f"open(parallelism=...): must be an int >= 1, got {parallelism!r}")
-        if checkpoint_interval is not None:
-            if checkpoint_dir is None:
-                raise ConfigurationError("open(checkpoint_interval=...) needs checkpoint_dir")
-            if checkpoint_interval <= 0:
-                raise ConfigurationError(
-                    f"open(checkpoint_interval=...): must be > 0 seconds, got {checkpoint_interval!r}"
-                )
-        racks = validate_reader_racks(reader_racks, parallelism)
+        racks = self._check_open(parallelism, checkpoint_dir, checkpoint_interval, reader_racks)
         if self.options.num_standby_replicas > 0 and len(set(racks.values())) < 2:
             _log.warning(
                 "source=%s: num.standby.replicas=%d but readers are not spread over two racks or more; "
@@ -156,6 +148,52 @@ class MultiClusterKafkaSource:
             admin_token=admin_token,
             reader_racks=racks,
         )
+
+    def open_async(
+        self,
+        parallelism: int = 1,
+        *,
+        checkpoint_dir: str | None = None,
+        checkpoint_interval: float | None = None,
+        reader_racks: Mapping[int, str] | Sequence[str | None] | None = None,
+        admin_address: str | None = None,
+        registry: Any = None,
+        admin_token: str | None = None,
+    ) -> AsyncSourceStream:
+        """:meth:`open` for asyncio code (same arguments): ``async with source.open_async(...) as stream``
+        (or ``stream = await source.open_async(...)``) starts the source without blocking the event loop and
+        gives an :class:`AsyncSourceStream`. Bad arguments raise :class:`ConfigurationError` here, at once."""
+        self._check_open(parallelism, checkpoint_dir, checkpoint_interval, reader_racks)
+
+        def opener() -> SourceStream:
+            return self.open(
+                parallelism,
+                checkpoint_dir=checkpoint_dir,
+                reader_racks=reader_racks,
+                admin_address=admin_address,
+                registry=registry,
+                admin_token=admin_token,
+            )
+
+        return AsyncSourceStream(opener, checkpoint_interval)
+
+    def _check_open(
+        self,
+        parallelism: int,
+        checkpoint_dir: str | None,
+        checkpoint_interval: float | None,
+        reader_racks: Mapping[int, str] | Sequence[str | None] | None,
+    ) -> dict[int, str | None]:
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise ConfigurationError(f"open(parallelism=...): must be an int >= 1, got {parallelism!r}")
+        if checkpoint_interval is not None:
+            if checkpoint_dir is None:
+                raise ConfigurationError("open(checkpoint_interval=...) needs checkpoint_dir")
+            if checkpoint_interval <= 0:
+                raise ConfigurationError(
+                    f"open(checkpoint_interval=...): must be > 0 seconds, got {checkpoint_interval!r}"
+                )
+        return validate_reader_racks(reader_racks, parallelism)
 
     # ---------------------------------------------------------------- factories used by the runtime
 

@@ -55,6 +55,9 @@ class MetadataError(MultiClusterSourceError):
         self.source = source
         self.line = line
         self.key = key
+        self.problems: list[MetadataError] = [self]
+        """Every problem found in the same content, this one first (the parser goes on past a bad stream or
+        cluster entry to find the others; ``python -m multicluster_source check`` lists them)."""
         where = []
         if source is not None:
             where.append(str(source))

@@ -11,6 +11,8 @@ What lives here:
 - ``_options``: the option table, the validated ``SourceOptions`` and the split of user properties into
   source options and client properties.
 - ``_clientprops``: the check of client properties by librdkafka (no broker contacted).
+- ``_javaprops``: the Java consumer property names and their librdkafka counterparts (renamed with a
+  warning, or refused with what to write instead).
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store).

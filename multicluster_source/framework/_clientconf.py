@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from multicluster_source.framework._javaprops import translate_java_properties
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._placeholders import resolve_properties
 
@@ -16,10 +17,14 @@ def cluster_client_config(
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The resolved client configuration for ``cluster``: ``base`` (``set_properties``), overridden by the
-    cluster's own properties (placeholders resolved here, and only here), then bootstrap servers, client id
-    and ``extra`` (what the source itself must set). Contains secrets: never log it."""
-    conf = dict(resolve_properties(base, source="set_properties"))
-    conf.update(resolve_properties(cluster.properties, source=f"cluster {cluster.cluster_id} properties"))
+    cluster's own properties (placeholders resolved here, and only here; one-to-one Java names renamed),
+    then bootstrap servers, client id and ``extra`` (what the source itself must set). Contains secrets:
+    never log it."""
+    conf = translate_java_properties(
+        resolve_properties(base, source="set_properties"), where="set_properties"
+    )
+    where = f"cluster {cluster.cluster_id} properties"
+    conf.update(translate_java_properties(resolve_properties(cluster.properties, source=where), where=where))
     conf["bootstrap.servers"] = cluster.bootstrap_servers
     conf.setdefault("client.id", client_id)
     if extra:

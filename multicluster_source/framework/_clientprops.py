@@ -15,6 +15,11 @@ from typing import Final
 from confluent_kafka import Consumer, KafkaException
 
 from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.framework._javaprops import (
+    JAVA_CONSUMER_PROPERTIES,
+    java_hint,
+    translate_java_properties,
+)
 from multicluster_source.framework._options import key_hint
 
 __all__ = ["validate_client_properties"]
@@ -95,6 +100,9 @@ def _conf_error_property(message: str) -> str | None:
 
 
 def _reject(where: str, key: str, value: str | None, message: str) -> ConfigurationError:
+    hint = java_hint(key)
+    if hint is not None:
+        return ConfigurationError(f"{where}: client property {key!r} is {hint}")
     if message.startswith("No such configuration property"):
         return ConfigurationError(
             f"{where}: unknown client property {key!r}{key_hint(key)} (librdkafka: {message})"
@@ -128,10 +136,18 @@ def validate_client_properties(props: Mapping[str, str], *, where: str) -> None:
     A value holding a placeholder (``${env:NAME}``, ``${file:PATH}``) is not resolved here: only its key is
     checked. ``bootstrap.servers`` is accepted and not probed (the cluster's metadata provides it).
     Producer-only properties are accepted (librdkafka ignores them) and logged as a warning.
+
+    Java client names (``fetch.max.wait.ms``, ``sasl.jaas.config``, ...; see ``_javaprops``): the ones that
+    map one-to-one are checked under their librdkafka name (callers use :func:`translate_java_properties`
+    to pass the client that name), the others are refused with what to write instead.
     """
     literal: dict[str, str] = {}
     placeholders: dict[str, str] = {}
+    props = translate_java_properties(props, where=where)
     for key, value in props.items():
+        entry = JAVA_CONSUMER_PROPERTIES.get(key)
+        if entry is not None and key != "max.poll.records":
+            raise _reject(where, key, None, "")
         if not isinstance(key, str) or not isinstance(value, str):
             raise ConfigurationError(
                 f"{where}: client property {key!r} must map a string to a string, got {type(value).__name__}"

@@ -255,21 +255,22 @@ class ConfigMapMetadataService(WatchedMetadataService):
         # In a literal block (|) line k of the embedded text is manifest line (block indicator line + k).
         offset = value_node.start_mark.line + 1 if value_node.style == "|" and value_node.start_mark else None
 
+        def in_manifest(exc: MetadataError) -> MetadataError:
+            key = prefix if not exc.key else prefix + (exc.key if exc.key.startswith("[") else f".{exc.key}")
+            if exc.line is None:
+                line, reason = None, exc.reason
+            elif offset is not None:
+                line, reason = exc.line + offset, exc.reason
+            else:
+                line, reason = None, f"line {exc.line} of the embedded document: {exc.reason}"
+            return type(exc)(reason, source=source, line=line, key=key)
+
         def parse() -> set[KafkaStream]:
             try:
                 return parse_streams(text, source=source)
             except MetadataError as exc:
-                key = (
-                    prefix
-                    if not exc.key
-                    else prefix + (exc.key if exc.key.startswith("[") else f".{exc.key}")
-                )
-                if exc.line is None:
-                    line, reason = None, exc.reason
-                elif offset is not None:
-                    line, reason = exc.line + offset, exc.reason
-                else:
-                    line, reason = None, f"line {exc.line} of the embedded document: {exc.reason}"
-                raise type(exc)(reason, source=source, line=line, key=key) from exc
+                error = in_manifest(exc)
+                error.problems = [error, *(in_manifest(p) for p in exc.problems[1:])]
+                raise error from exc
 
         return digest(text), parse

@@ -17,7 +17,8 @@ Decisions where the contract is silent:
   if it is not valid JSON but valid YAML (a YAML flow collection), the YAML reading is used, otherwise the
   JSON error is reported. Empty text, only comments, or ``null`` mean zero streams.
 - The first problem found is raised; its ``line`` is 1-based (the line of the offending key or item) and its
-  ``key`` is a path like ``[0].clusterMetadataList[1].topics[2]``.
+  ``key`` is a path like ``[0].clusterMetadataList[1].topics[2]``. Parsing goes on past a bad stream or
+  cluster entry, and the raised error's ``problems`` lists every problem found (the first one first).
 - ``streamId``, ``clusterId``, ``bootstrapServers`` and topic names must be strings; unquoted numbers are
   taken as written (``2024`` is the topic ``"2024"``), booleans and nulls are rejected.
 - An explicit ``clusterId`` must match ``[A-Za-z0-9._-]+``. A defaulted one is the ``bootstrapServers`` string
@@ -150,13 +151,23 @@ class _FileParser:
         self.source = source
         self.stream_places: dict[str, _Place] = {}
         self.cluster_places: dict[str, tuple[ClusterMetadata, _Place]] = {}
+        self.problems: list[MetadataValidationError] = []
 
     def parse(self, root: Node | None) -> set[KafkaStream]:
         if root is None or (isinstance(root, ScalarNode) and root.tag == YAML_TAG + "null"):
             return set()
         if not isinstance(root, SequenceNode):
             raise self.w.fail(f"the top level must be a list of streams, got {describe_node(root)}", root, "")
-        streams = {self.stream(item, f"[{i}]") for i, item in enumerate(root.value)}
+        streams: set[KafkaStream] = set()
+        for i, item in enumerate(root.value):
+            try:
+                streams.add(self.stream(item, f"[{i}]"))
+            except MetadataValidationError as exc:
+                self.problems.append(exc)
+        if self.problems:
+            first = self.problems[0]
+            first.problems = list(self.problems)
+            raise first
         for stream in streams:
             for cluster in stream.clusters.values():
                 warn_unresolvable_placeholders(
@@ -188,9 +199,15 @@ class _FileParser:
             raise self.w.fail(f"stream {stream_id!r} has an empty clusterMetadataList", key_node, list_path)
         clusters: dict[str, ClusterMetadata] = {}
         seen_here: dict[str, _Place] = {}
+        failed = 0
         for i, item in enumerate(value.value):
             item_path = f"{list_path}[{i}]"
-            cluster, id_node = self.cluster(item, item_path)
+            try:
+                cluster, id_node = self.cluster(item, item_path)
+            except MetadataValidationError as exc:  # go on to find the other entries' problems
+                self.problems.append(exc)
+                failed += 1
+                continue
             item_place = _Place(item_path, node_line(id_node))
             if cluster.cluster_id in seen_here:
                 raise self.w.fail(
@@ -202,6 +219,8 @@ class _FileParser:
             seen_here[cluster.cluster_id] = item_place
             self.check_consistent(cluster, item_place, id_node)
             clusters[cluster.cluster_id] = cluster
+        if failed:
+            raise self.problems.pop()  # parse() records it again: the stream is left out
         return KafkaStream(stream_id=stream_id, clusters=clusters)
 
     def check_consistent(self, cluster: ClusterMetadata, place: _Place, node: Node) -> None:

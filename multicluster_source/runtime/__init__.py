@@ -8,6 +8,8 @@ What lives here:
 - ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``; ``_delivery`` takes records
   or batches out of the hand-off with the positions of what was taken; ``_status`` builds its health and
   status documents.
+- ``_async``: :class:`AsyncSourceStream` returned by ``source.open_async()``: the pull API for asyncio, over a
+  ``SourceStream`` whose hand-off wakes the waiting coroutine.
 - ``_factory``: the :class:`SourceFactory` protocol (what a runtime needs of a source) and the checks made
   before readers start.
 - the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),

@@ -12,6 +12,7 @@ from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import MultiClusterSourceError, SourceFailedError
 from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.ops._metrics_relay import apply_metrics
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._handoff import PositionTracker
@@ -28,6 +29,7 @@ from multicluster_source.runtime._messages import (
     WorkerFailure,
     WorkerLink,
     WorkerLog,
+    WorkerMetrics,
     WorkerReady,
     WorkerStopped,
 )
@@ -262,6 +264,9 @@ class Driver:
                 self._topics.record(message.cluster, message.topic, index)
         elif isinstance(message, WorkerFailure):
             self._on_failure(index, message)
+        elif isinstance(message, WorkerMetrics):
+            if self._metrics is not None:
+                apply_metrics(self._metrics, message.delta)
         elif isinstance(message, WorkerLog):
             record = message.record
             logger = logging.getLogger(record.name)

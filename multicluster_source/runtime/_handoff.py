@@ -49,12 +49,17 @@ class Handoff:
     def __init__(self, max_batches: int) -> None:
         self._q: queue.Queue[RecordBatch] = queue.Queue(maxsize=max_batches)
         self.closed = threading.Event()
+        self.on_put: Callable[[], None] | None = None
+        """Called (on the fetch thread) after every put: an asyncio consumer's wake-up; must not block."""
 
     def put(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
         """Wait for room; False when stopping or closed first."""
         while not self.closed.is_set():
             try:
                 self._q.put(batch, timeout=0.05)
+                notify = self.on_put
+                if notify is not None:
+                    notify()
                 return True
             except queue.Full:
                 if should_stop():

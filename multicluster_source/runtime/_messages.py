@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.ops._metrics_relay import MetricsDelta, MetricsRecorder
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -135,6 +136,27 @@ class WorkerLog:
     """A log record of a worker process, for the driver's logging."""
 
     record: logging.LogRecord
+
+
+@dataclass(frozen=True)
+class WorkerMetrics:
+    """What the reader metrics of a worker in another process or actor did since the last one (applied to
+    the driver's registry; see :mod:`multicluster_source.ops._metrics_relay`)."""
+
+    delta: MetricsDelta
+
+
+def relay_metrics(send: Callable[[object], None], recorder: MetricsRecorder) -> Callable[[object], None]:
+    """``send`` that first sends the recorder's pending metrics before each heartbeat and the last message."""
+
+    def sending(message: object) -> None:
+        if isinstance(message, (Heartbeat, WorkerStopped)):
+            delta = recorder.drain()
+            if delta is not None:
+                send(WorkerMetrics(delta))
+        send(message)
+
+    return sending
 
 
 @dataclass(frozen=True)

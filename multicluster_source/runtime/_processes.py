@@ -13,8 +13,9 @@
   (``multiprocessing.connection.wait``): a worker that exits, however (``kill -9`` included), is noticed at
   once, after what it sent before dying was read, and handled as a reader failure (its splits move).
 * Log records of a worker (its reader's and the handler's) are sent to the parent and logged there.
-* Metrics: each worker has its own Prometheus registry (records consumed, lag, ...) that is not exported;
-  the registry given to ``run`` holds the enumerator's metrics (splits, clusters, metadata, failovers).
+* Metrics: each worker records its reader's metrics (records consumed, lag, ...) into a recorder whose
+  changes travel with the heartbeats to the driver, which applies them to the registry given to ``run``
+  beside the enumerator's metrics (see :mod:`multicluster_source.ops._metrics_relay`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.ops._metrics_relay import MetricsRecorder
 from multicluster_source.runtime._factory import SourceFactory, check_picklable, reader_only_source
 from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import (
@@ -41,6 +43,7 @@ from multicluster_source.runtime._messages import (
     StopWorker,
     WorkerLink,
     WorkerLog,
+    relay_metrics,
 )
 
 if TYPE_CHECKING:
@@ -246,15 +249,13 @@ def worker_main(
     root.addHandler(forward)
     for name, level in levels.items():
         logging.getLogger(name or None).setLevel(level)
-    from prometheus_client import CollectorRegistry
-
-    metrics = SourceMetrics(CollectorRegistry(), source.name)
+    metrics = MetricsRecorder(source.name)  # relayed to the driver's registry (see _metrics_relay)
     host = WorkerHost(
         index=index,
         source_name=source.name,
         handler=handler,
         make_reader=lambda ctx, on_read: source.create_reader(ctx, metrics, on_read),
-        send=send,
+        send=relay_metrics(send, metrics),
         buffer_max_batches=source.options.reader_buffer_max_batches,
         rack=rack,
         track_topics=source.options.topic_tracking_enable,

@@ -17,8 +17,9 @@ Ray is an optional extra: ``pip install 'multicluster-kafka-source[ray]'``.
   order); actor -> driver by long polling ``poll(timeout)`` from one thread ``mcs-ray-links-<source>``.
   An actor that dies (node lost, ``kill -9``, out of memory) fails its pending poll with ``RayActorError``:
   that is handled as a reader failure (its splits move to live readers). Actors are not restarted.
-* Metrics of the readers stay in each actor's own registry (not exported); the driver's registry holds the
-  enumerator's. Logs of actors reach the driver's console through Ray's own log forwarding.
+* Metrics of the readers travel with the actor's heartbeats to the driver, which applies them to the
+  registry given to ``run`` beside the enumerator's (see :mod:`multicluster_source.ops._metrics_relay`).
+  Logs of actors reach the driver's console through Ray's own log forwarding.
 """
 
 from __future__ import annotations
@@ -35,9 +36,17 @@ from typing import Any
 
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.ops._metrics_relay import MetricsRecorder
 from multicluster_source.runtime._factory import SourceFactory, reader_only_source
 from multicluster_source.runtime._host import WorkerHost, record_maker
-from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink, WorkerStopped
+from multicluster_source.runtime._messages import (
+    Deliver,
+    Handler,
+    LinkLost,
+    WorkerLink,
+    WorkerStopped,
+    relay_metrics,
+)
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
@@ -70,17 +79,15 @@ class ReaderActor:
         self.node_id = str(context.get_node_id())
         if rack is None and rack_label:
             rack = dict(context.get_node_labels() or {}).get(rack_label)
-        from prometheus_client import CollectorRegistry
-
         self._out: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._metrics = SourceMetrics(CollectorRegistry(), source.name)
+        self._metrics = MetricsRecorder(source.name)  # relayed to the driver's registry
         metrics = self._metrics
         self._host = WorkerHost(
             index=index,
             source_name=source.name,
             handler=handler,
             make_reader=lambda ctx, on_read: source.create_reader(ctx, metrics, on_read),
-            send=self._out.put,
+            send=relay_metrics(self._out.put, metrics),
             buffer_max_batches=source.options.reader_buffer_max_batches,
             rack=rack,
             track_topics=source.options.topic_tracking_enable,

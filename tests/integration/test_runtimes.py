@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from harness.cluster import Cluster
 from harness.runtimes import BackgroundRun, FileSink, positions, sink_rows, values
-from harness.scenario import builder, cluster_md, stream, wait_for
+from harness.scenario import builder, cluster_md, samples_with_label, stream, wait_for
 from multicluster_source import FileMetadataService, OffsetsInitializer, RunControl, SourceFailedError
 from multicluster_source.testing import write_metadata_file
 
@@ -291,3 +292,55 @@ def test_worker_killed_with_kill_9_loses_nothing(kafka_clusters, runtime: Runtim
     assert result.finished and 0 in result.lost_readers and 1 not in result.lost_readers
     assert len(sink_rows(out, pid=victim)) < 3000, "the victim was killed after it had read everything"
     assert not control.workers()[0].alive
+
+
+def test_reader_metrics_of_every_worker_reach_the_registry_given_to_run(
+    kafka_clusters, runtime: Runtime, tmp_path: Path
+) -> None:
+    """The metrics contract on every runtime: the readers' samples (records, bytes, current offset, lag) are
+    in the registry given to ``run()`` whatever process or actor the readers run in, and a removed cluster's
+    label sets leave it."""
+    east, west = kafka_clusters(2)
+    t_east, t_west = _two_topics(east, west, 120, prefix="metrics")
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("orders", cluster_md(east, t_east), cluster_md(west, t_west))])
+    source = builder(FileMetadataService(path), stream_ids=["orders"]).build()
+    registry = CollectorRegistry()
+    control = RunControl()
+    out = tmp_path / "out"
+    run = BackgroundRun(
+        source, FileSink(out), 2, runtime=runtime.name, control=control, registry=registry, **runtime.options
+    )
+    ends = {(east.cluster_id, t_east, p): 60 for p in range(2)} | {
+        (west.cluster_id, t_west, p): 40 for p in range(3)
+    }
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(f"multicluster_source_{name}", labels)
+
+    def caught_up() -> bool:
+        return all(
+            sample("current_offset", cluster=c, topic=t, partition=str(p)) == end
+            and sample("records_lag", cluster=c, topic=t, partition=str(p)) == 0
+            for (c, t, p), end in ends.items()
+        ) and all(
+            sample("records_consumed_total", cluster=c, topic=t) == 120
+            for c, t in ((east.cluster_id, t_east), (west.cluster_id, t_west))
+        )
+
+    try:
+        assert wait_for(lambda: (len(sink_rows(out)) >= 240 and caught_up()) or not run.alive, 60), (
+            "the readers' metrics did not reach the registry given to run()"
+        )
+        assert (sample("bytes_consumed_total", cluster=west.cluster_id, topic=t_west) or 0) > 0
+        assert sample("active_clusters") == 2
+        write_metadata_file(path, [stream("orders", cluster_md(east, t_east))])
+        gone = wait_for(
+            lambda: not samples_with_label(registry, "cluster", west.cluster_id) or not run.alive, 30
+        )
+        assert gone, f"west still labels {samples_with_label(registry, 'cluster', west.cluster_id)}"
+        assert sample("records_consumed_total", cluster=east.cluster_id, topic=t_east) == 120
+    finally:
+        control.stop()
+        run.join()
+    assert not samples_with_label(registry, "cluster", east.cluster_id)  # released when the run ended

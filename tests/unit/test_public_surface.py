@@ -30,8 +30,10 @@ CONTRACT = {
 
 CONTRACT.add("KafkaTopicMetadataService")
 CONTRACT.add("MessageBatch")  # API.md section 8
+CONTRACT.add("AsyncSourceStream")  # API.md section 8
 
 PINNED = [
+    "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
     "ClusterMetadata",
