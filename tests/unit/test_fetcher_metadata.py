@@ -151,7 +151,7 @@ def test_partitions_already_known_are_assigned_without_a_metadata_request() -> N
     ]
 
 
-def test_consumers_wait_at_most_100_ms_for_a_fetch_unless_a_property_says_otherwise() -> None:
+def test_consumer_defaults_for_quick_first_records_unless_a_property_says_otherwise() -> None:
     from multicluster_source.metadata import ClusterMetadata
     from multicluster_source.reader._multicluster import MultiClusterReader
     from multicluster_source.reader._settings import ReaderSettings
@@ -165,5 +165,7 @@ def test_consumers_wait_at_most_100_ms_for_a_fetch_unless_a_property_says_otherw
         return reader._client_conf(cluster)
 
     assert conf({}, {})["fetch.wait.max.ms"] == "100"
+    assert conf({}, {})["reconnect.backoff.ms"] == "10"
+    assert conf({}, {"reconnect.backoff.ms": "100"})["reconnect.backoff.ms"] == "100"
     assert conf({"fetch.wait.max.ms": "500"}, {})["fetch.wait.max.ms"] == "500"
     assert conf({"fetch.wait.max.ms": "500"}, {"fetch.wait.max.ms": "20"})["fetch.wait.max.ms"] == "20"
