@@ -185,9 +185,17 @@ class Observed:
         inside = times[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]
         if not inside:
             return None
-        points = sorted(set(inside))
-        edges = [start, *points, end]
-        return max(b - a for a, b in itertools.pairwise(edges))
+        return self.max_gap_at(cluster, start, end)[0]
+
+    def max_gap_at(self, cluster: str, start: float, end: float) -> tuple[float | None, float | None]:
+        """:meth:`max_gap` and the time that gap began (None, None without arrivals)."""
+        times = self.arrivals.get(cluster, [])
+        inside = times[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]
+        if not inside:
+            return None, None
+        edges = [start, *sorted(set(inside)), end]
+        gap, began = max((b - a, a) for a, b in itertools.pairwise(edges))
+        return gap, began
 
     def gaps(self, cluster: str, start: float, end: float) -> list[float]:
         """Times between consecutive arrivals of ``cluster`` within [start, end] (records that arrived in
@@ -293,13 +301,18 @@ def _apply(
     return out
 
 
-def _source(service: Any, group: str, properties: dict[str, str] | None = None) -> MultiClusterKafkaSource:
+def _source(
+    service: Any,
+    group: str,
+    properties: dict[str, str] | None = None,
+    starting: OffsetsInitializer | None = None,
+) -> MultiClusterKafkaSource:
     builder = (
         MultiClusterKafkaSource.builder()
         .set_kafka_metadata_service(service)
         .set_stream_ids([STREAM_ID])
         .set_group_id(group)
-        .set_starting_offsets(OffsetsInitializer.earliest())
+        .set_starting_offsets(starting or OffsetsInitializer.earliest())
         .set_property("stream-metadata-discovery-interval-ms", str(DISCOVERY_INTERVAL_MS))
     )
     for key, value in (properties or {}).items():
@@ -308,11 +321,13 @@ def _source(service: Any, group: str, properties: dict[str, str] | None = None) 
 
 
 def _quiet_gaps(cluster: Cluster, topic: str, properties: dict[str, str]) -> dict[str, Any]:
-    """Gap figures of ``topic`` over a quiet window, read by a fresh source with ``properties``."""
+    """Gap figures of ``topic`` over a quiet window, read live (from its end) by a fresh source with
+    ``properties``."""
     seen = Observed()
     cid = cluster.cluster_id
     service = StaticMetadataService(_streams({cid: (cluster, [topic])}))
-    source = _source(service, f"bench-recon-{uuid.uuid4().hex[:8]}", properties)
+    # from the end of the topic: the gaps of a live stream, not of catching up with what is there already
+    source = _source(service, f"bench-recon-{uuid.uuid4().hex[:8]}", properties, OffsetsInitializer.latest())
     stream = source.open(parallelism=1, registry=CollectorRegistry())
     try:
         seen.pump(stream, lambda _now: seen.last(cid) is not None, REACT_TIMEOUT_S)
@@ -420,7 +435,10 @@ def run(
     for change in changes:
         at = change.pop("at")
         change["unchanged_cluster"] = e_id
-        change["max_gap_s"] = seen.max_gap(e_id, at - WINDOW_S, at + WINDOW_S)
+        gap, began = seen.max_gap_at(e_id, at - WINDOW_S, at + WINDOW_S)
+        change["max_gap_s"] = gap
+        # when that gap began, from the change (negative: before the file was written)
+        change["max_gap_began_s"] = None if began is None else began - at
         change["max_latency_s"] = seen.max_latency(e_id, at - WINDOW_S, at + WINDOW_S)
         change_gaps.extend(seen.gaps(e_id, at - WINDOW_S, at + WINDOW_S))
     summary: dict[str, Any] = {}

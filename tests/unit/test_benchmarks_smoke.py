@@ -100,6 +100,7 @@ def test_gap_counts_window_edges() -> None:
     assert seen.max_gap("east", 0.9, 3.5) == pytest.approx(1.8)
     assert seen.max_gap("east", 1.05, 1.15) == pytest.approx(0.05)
     assert seen.max_gap("west", 0.0, 10.0) is None
+    assert seen.max_gap_at("east", 0.9, 3.5) == pytest.approx((1.8, 1.2))
     assert seen.first_after("east", 1.1) == 1.2
     assert seen.gaps("east", 1.05, 3.5) == pytest.approx([0.1, 1.8])
     assert bench_reconciliation.percentile([0.5, 0.1, 0.2, 0.3], 50) == 0.2
