@@ -23,9 +23,9 @@ the observer.
 
 Latency, measured on Linux (inotify, watchdog 7, 20 changes each): an atomic write (temporary file and
 ``os.replace``), an in-place write and a ConfigMap ``..data`` swap reach ``on_change`` 12-16 ms (median)
-after the write returned: the 10 ms settle delay plus event delivery (the 100 ms debounce before this change).
-A change seen only as modifications (a writer that has not closed the file) waits for the debounce; a change
-inotify misses, for at most ``poll_interval``.
+after the write returned: the 10 ms settle delay plus event delivery. A change seen only as modifications (a
+writer that has not closed the file) waits for the debounce; a change inotify misses, for at most
+``poll_interval``.
 """
 
 from __future__ import annotations
