@@ -67,11 +67,13 @@ def _throughput_md(result: dict[str, Any]) -> list[str]:
 
 def _reconciliation_md(result: dict[str, Any]) -> list[str]:
     cfg = result["config"]
+    west = cfg["clusters"][1]
     lines = [
-        f"{cfg['cycles']} cycles of *add {cfg['clusters'][1]}* / *remove {cfg['clusters'][1]}* on a "
-        f"`FileMetadataService` file while {cfg['clusters'][0]} keeps flowing (a record every "
-        f"{cfg['produce_interval_s'] * 1000:.0f} ms per cluster); `stream-metadata-discovery-interval-ms` = "
-        f"{cfg['stream-metadata-discovery-interval-ms']}. Seconds from the file write; gaps and latencies of "
+        f"{cfg['cycles']} cycles of *add {west}*, *add topic* (a second topic of {west}), *remove topic*, "
+        f"*remove {west}* on a `FileMetadataService` file while {cfg['clusters'][0]} keeps flowing (a record "
+        f"every {cfg['produce_interval_s'] * 1000:.0f} ms per topic); "
+        f"`stream-metadata-discovery-interval-ms` = {cfg['stream-metadata-discovery-interval-ms']}. "
+        "Seconds from the file write; gaps and latencies of "
         f"the unchanged cluster within +-{cfg['window_s']:.0f} s of each change, against a quiet "
         f"{result['baseline']['window_s']:.0f} s baseline.",
         "",
@@ -80,6 +82,15 @@ def _reconciliation_md(result: dict[str, Any]) -> list[str]:
     ]
     for title, med, mx, ref, ratio in bench_reconciliation.table_rows(result):
         lines.append(f"| {title} | {med} | {mx} | {ref} | **{ratio}** |")
+    lines += [
+        "",
+        "Gaps between consecutive records of the unchanged cluster (seconds):",
+        "",
+        "| where | p50 | p99 | max |",
+        "|---|---|---|---|",
+    ]
+    for where, p50, p99, mx in bench_reconciliation.gap_rows(result):
+        lines.append(f"| {where} | {p50} | **{p99}** | {mx} |")
     lines += [
         "",
         f"- reconciliations counted by the source: {result['reconciliations_total']} (the start plus one per "

@@ -38,8 +38,10 @@ class EnumeratorSettings:
     metrics: Any
     num_standby: int = 0
     standby_assignor: RackAwareStandbyAssignor | None = None
-    debounce_s: float = 0.1
-    """Delay between a change notification and the metadata read it triggers (coalesces bursts)."""
+    debounce_s: float = 0.02
+    """Delay between a change notification and the metadata read it triggers: notifications within it give
+    one read. File and ConfigMap watchers settle a burst of events themselves (see
+    :mod:`multicluster_source.metadata._watch`), so this only joins changes made in quick succession."""
     admin_factory: AdminFactory = default_admin_factory
     clock: Callable[[], float] = time.time
 

@@ -72,8 +72,8 @@ class ClusterFetcher:
         self._split_ids: frozenset[str] = frozenset()
         self._tps: list[Any] = []
         self._topics: list[str] = []
-        self._known_topics: set[str] = set()
-        self._assigned_once = False
+        self._known_partitions: dict[str, frozenset[int]] = {}
+        """Partitions per topic in this consumer's last metadata answer for it (see ``_learn_topics``)."""
         self._thread = threading.Thread(
             target=self._run,
             name=f"mcs-fetch-{settings.source_name}-{settings.reader_index}-{cluster_id}",
@@ -198,9 +198,7 @@ class ClusterFetcher:
                 for split in live:
                     self._progress[split.topic_partition] = _Progress(split)
                 if live:
-                    if self._assigned_once:
-                        self._learn_topics(consumer, {s.topic for s in live})
-                    self._assigned_once = True
+                    self._learn_topics(consumer, live)
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]
                     )
@@ -220,22 +218,27 @@ class ClusterFetcher:
                 with self._lock:
                     self._outstanding -= set(ids)
                 for topic in arg:
+                    self._known_partitions.pop(topic, None)  # if it comes back, it may be a new topic
                     self._s.metrics.remove_topic(self.cluster_id, topic)
         if changed:
             self._progress_changed()
 
-    def _learn_topics(self, consumer: Any, topics: set[str]) -> None:
-        """Ask for the metadata of topics this consumer has not read yet, before assigning them: librdkafka
-        otherwise learns a new topic's leaders on its next metadata refresh and starts fetching it only
-        then (0.5-1 s after ``incremental_assign`` was measured); with the metadata at hand it fetches at
-        once. One round trip per new topic; a failure only costs that delay. Not done for a consumer's
-        first assignment: a new consumer asks for the metadata of its topics as it connects."""
-        for topic in sorted(topics - self._known_topics):
+    def _learn_topics(self, consumer: Any, splits: Sequence[KafkaPartitionSplit]) -> None:
+        """Ask for the metadata of every topic that has a partition among ``splits`` this consumer has not
+        seen in a metadata answer yet (a new topic, partitions added to a topic, a topic added again), before
+        assigning them. librdkafka otherwise starts fetching such a partition only after its next metadata
+        refresh: 0.9-1.5 s after ``incremental_assign`` was measured on Apache Kafka, against ~0.015 s with
+        the metadata at hand. One round trip per such topic; a failure only costs that delay."""
+        known = self._known_partitions
+        topics = sorted({s.topic for s in splits if s.partition not in known.get(s.topic, ())})
+        for topic in topics:
             try:
-                consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+                answer = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+                meta = answer.topics.get(topic)
+                if meta is not None and meta.error is None:
+                    self._known_partitions[topic] = frozenset(meta.partitions)
             except Exception as exc:
                 _log.debug("cluster=%s: metadata of topic %s not fetched: %s", self.cluster_id, topic, exc)
-            self._known_topics.add(topic)
 
     def _progress_changed(self) -> None:
         """Recompute what the hot path looks up once per batch (after splits came or went)."""

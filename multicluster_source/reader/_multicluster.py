@@ -30,6 +30,9 @@ from multicluster_source.reader._settings import ReaderSettings
 
 _log = logging.getLogger("multicluster_source.reader")
 
+DEFAULT_FETCH_WAIT_MAX_MS = 100
+"""The source's default for librdkafka's ``fetch.wait.max.ms`` (a client or cluster property overrides it)."""
+
 
 class FetchBrokerStats:
     """``stats_cb`` of a consumer: which broker each partition is fetched from (leader or a follower).
@@ -138,6 +141,11 @@ class MultiClusterReader:
         # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (default 1 s) whenever its local
         # queue is over the limit above; with a bounded hand-off that happens on every drain: keep it short.
         conf.setdefault("fetch.queue.backoff.ms", "10")
+        # A partition assigned while a fetch to its broker is in flight is fetched only after that fetch
+        # returns, and a broker with nothing new holds a fetch for fetch.wait.max.ms (librdkafka: 500 ms):
+        # 100 ms keeps an added topic, a failover or a re-add within ~0.15 s on an idle cluster, for at most
+        # 10 fetch requests a second per idle broker connection.
+        conf.setdefault("fetch.wait.max.ms", str(DEFAULT_FETCH_WAIT_MAX_MS))
         if self._s.rack_id_supplier is not None and "client.rack" not in conf:
             rack_id = self._s.rack_id_supplier(cid, self._s.rack)
             if rack_id:

@@ -138,6 +138,68 @@ def test_topic_removed_and_readded_resumes_without_rereading(kafka_clusters, tmp
     assert sorted(r.value for r in after) == sorted(f"while-removed-{i}".encode() for i in range(20))
 
 
+def test_topic_added_while_running_delivers_each_of_its_records_once(kafka_clusters, tmp_path: Path) -> None:
+    east, west = kafka_clusters(2)
+    keep_e = east.create_topic("keep", partitions=1)
+    keep_w = west.create_topic("keep", partitions=1)
+    added = east.create_topic("added", partitions=3)
+    before = east.produce_n(added, 60, partitions=3, prefix="before")  # written before the topic is added
+    east.produce_n(keep_e, 10, partitions=1, prefix="keep-e")
+    west.produce_n(keep_w, 10, partitions=1, prefix="keep-w")
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", cluster_md(east, keep_e), cluster_md(west, keep_w))])
+    with builder(FileMetadataService(path), stream_ids=["s"]).build().open(parallelism=2) as s:
+        got = drain(s, 20)
+        with _Producer(east, added, "live") as live:
+            time.sleep(0.3)  # some records of the topic are written before the change, some after
+            write_metadata_file(
+                path, [stream("s", cluster_md(east, keep_e, added), cluster_md(west, keep_w))]
+            )
+            time.sleep(1.0)
+        expected_added = [value for _p, value in before] + live.sent
+        need = len(expected_added)
+        got += drain(s, need, timeout=60, until=lambda rs: sum(r.topic == added for r in got + rs) >= need)
+        got += settle(s, 1.0)
+        readers = [ids for ids in s.assignments().values() if any(f"/{added}/" in sid for sid in ids)]
+    of_added = [r for r in got if r.topic == added]
+    assert all(r.cluster_id == east.cluster_id for r in of_added)
+    counts = values(of_added)
+    assert max(counts.values()) == 1, "a record of the added topic arrived twice"
+    assert sorted(counts) == sorted(expected_added), "every record of the added topic arrives"
+    assert sorted(r.value for r in got if r.topic != added) == sorted(
+        [f"keep-e-{i}".encode() for i in range(10)] + [f"keep-w-{i}".encode() for i in range(10)]
+    )
+    assert readers, "the added topic's splits are assigned"
+
+
+def test_partitions_added_to_a_read_topic_deliver_each_of_their_records_once(kafka_clusters) -> None:
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
+
+    (east,) = kafka_clusters(1)
+    topic = east.create_topic("grows", partitions=1)
+    east.produce_n(topic, 10, partitions=1, prefix="p0")
+    with builder([stream("s", cluster_md(east, topic))]).build().open(parallelism=2) as s:
+        got = drain(s, 10)
+        east.admin().create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+        assert wait_for(
+            lambda: len(east.admin().list_topics(topic, timeout=10).topics[topic].partitions) == 3
+        )
+        producer = east.producer()  # a new client: it knows the new partitions
+        for partition in (1, 2):
+            for i in range(20):
+                producer.produce(topic, f"p{partition}-{i}".encode(), partition=partition)
+        assert producer.flush(30) == 0
+        got += drain(s, 40, timeout=60)
+        got += settle(s, 1.0)
+    counts = values(got)
+    assert max(counts.values()) == 1, "a record arrived twice"
+    expected = [f"p0-{i}".encode() for i in range(10)] + [
+        f"p{p}-{i}".encode() for p in (1, 2) for i in range(20)
+    ]
+    assert sorted(counts) == sorted(expected)
+    assert {r.partition for r in got} == {0, 1, 2}
+
+
 def test_pattern_subscriber_picks_up_a_new_stream(kafka_clusters, tmp_path: Path) -> None:
     east, west = kafka_clusters(2)
     t1 = east.create_topic("p1", partitions=1)

@@ -37,27 +37,32 @@ def _throughput_result() -> dict[str, Any]:
 
 def _reconciliation_result() -> dict[str, Any]:
     stat = {"median": 0.3, "max": 0.4, "min": 0.2, "n": 2, "missing": 0}
-    keys = (
-        "add_latency_s",
-        "add_assigned_s",
-        "remove_latency_s",
-        "remove_unassigned_s",
-        "gap_around_add_s",
-        "gap_around_remove_s",
-        "latency_around_add_s",
-        "latency_around_remove_s",
-    )
+    keys = [
+        key
+        for kind in bench_reconciliation.CHANGE_KINDS
+        for key in (
+            f"{kind}_latency_s",
+            f"{kind}_{'assigned' if kind.startswith('add') else 'unassigned'}_s",
+            f"gap_around_{kind}_s",
+            f"latency_around_{kind}_s",
+        )
+    ]
+    gaps = {"p50_s": 0.002, "p99_s": 0.045, "max_s": 0.09, "gaps": 5000}
     return {
         "config": {
             "clusters": ["east", "west"],
+            "added_topic": "west/added",
             "cycles": 2,
             "produce_interval_s": 0.002,
             "window_s": 5.0,
             "stream-metadata-discovery-interval-ms": 600_000,
+            "fetch.wait.max.ms": 100,
         },
-        "baseline": {"window_s": 10.0, "max_gap_s": 0.1, "max_latency_s": 0.12},
+        "baseline": {"window_s": 10.0, "max_gap_s": 0.1, "max_latency_s": 0.12, **gaps},
         "summary": {k: stat for k in keys},
-        "reconciliations_total": 5.0,
+        "gaps_around_changes": gaps,
+        "gaps_by_fetch_wait": {"100 ms (source default)": gaps, "500 ms (librdkafka default)": gaps},
+        "reconciliations_total": 9.0,
         "producer_ticks_late": 0,
         "produced_per_cluster": 100,
     }
@@ -69,7 +74,11 @@ def test_tables_and_results_markdown(tmp_path: Path) -> None:
     assert "batches/raw" in table and "records/raw" in table
     assert "200k [150k-250k]" in table and "batches-2 0.050" in table
     assert len(bench_throughput.table_rows(throughput)) == 4  # 1 and 2 readers, timed two ways
-    assert "discovery interval" in bench_reconciliation.format_table(reconciliation)
+    recon_table = bench_reconciliation.format_table(reconciliation)
+    assert "discovery interval" in recon_table
+    assert "add topic: its first record" in recon_table
+    assert "remove topic: its last record" in recon_table
+    assert "fetch.wait.max.ms 500 ms (librdkafka default)" in recon_table
     out = tmp_path / "RESULTS.md"
     run_all.write_results_md(
         out, "kafka", ["--quick"], {"throughput": throughput, "reconciliation": reconciliation}, 1.0
@@ -82,6 +91,8 @@ def test_tables_and_results_markdown(tmp_path: Path) -> None:
         "| fast-refetch | 2 | 1st -> N-th | 200k [150k-250k] | 200k [150k-250k] | 200k [150k-250k] |" in text
     )
     assert "`benchmarks/results/profile-batch-path.txt`" in text
+    assert "| add topic: its first record | 0.300 | 0.400 |" in text
+    assert "| east, +-5 s of every change (fetch.wait.max.ms 100) | 0.002 | **0.045** | 0.090 |" in text
 
 
 def test_gap_counts_window_edges() -> None:
@@ -89,4 +100,9 @@ def test_gap_counts_window_edges() -> None:
     assert seen.max_gap("east", 0.9, 3.5) == pytest.approx(1.8)
     assert seen.max_gap("east", 1.05, 1.15) == pytest.approx(0.05)
     assert seen.max_gap("west", 0.0, 10.0) is None
+    assert seen.max_gap_at("east", 0.9, 3.5) == pytest.approx((1.8, 1.2))
     assert seen.first_after("east", 1.1) == 1.2
+    assert seen.gaps("east", 1.05, 3.5) == pytest.approx([0.1, 1.8])
+    assert bench_reconciliation.percentile([0.5, 0.1, 0.2, 0.3], 50) == 0.2
+    assert bench_reconciliation.percentile([float(n) for n in range(1, 201)], 99) == 198.0
+    assert bench_reconciliation.percentile([], 99) is None

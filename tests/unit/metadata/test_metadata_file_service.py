@@ -100,6 +100,67 @@ def test_change_is_notified_within_a_second(metadata_file, service_factory, how)
     assert service.get_all_streams() == set(new)
 
 
+def test_a_write_still_going_on_is_read_only_once_complete(metadata_file, service_factory):
+    # Modifications alone wait for the debounce; the close ends the write: one notification, whole content.
+    from multicluster_source.metadata import dump_streams
+
+    service = service_factory(metadata_file, poll_interval=30.0)
+    recorder = Recorder()
+    service.subscribe(recorder)
+    assert service.get_all_streams() == {stream()}
+    time.sleep(0.2)
+    new = [stream(topics=("orders", "orders-retry")), stream("payments", cluster="west")]
+    text = dump_streams(new)
+    half = len(text) // 2
+    with open(metadata_file, "w") as fh:
+        fh.write(text[:half])  # half a file: not valid metadata
+        fh.flush()
+        time.sleep(0.03)
+        fh.write(text[half:])
+    assert recorder.wait(1.0)
+    time.sleep(0.3)
+    assert recorder.count == 1
+    assert service.get_all_streams() == set(new)
+
+
+def test_a_burst_of_changes_is_checked_once(tmp_path):
+    from multicluster_source.metadata._watch import DirectoryWatcher
+
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream()])
+    changes: list[bytes] = []
+    watcher = DirectoryWatcher(
+        tmp_path,
+        {path.name},
+        path.read_bytes,
+        lambda: changes.append(path.read_bytes()),
+        settle=0.2,  # wide, so that the burst below stays inside it on a busy machine
+        debounce=0.3,
+        max_delay=2.0,
+        poll_interval=30.0,
+    )
+    watcher.start()
+    try:
+        time.sleep(0.2)
+        for n in range(5):  # atomic rewrites and in-place writes, each a complete change
+            content = [stream(topics=("orders", f"t{n}"))]
+            if n % 2:
+                write_metadata_file(path, content)
+            else:
+                from multicluster_source.metadata import dump_streams
+
+                path.write_text(dump_streams(content))
+        deadline = time.monotonic() + 2.0
+        while not changes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.4)
+        assert len(changes) == 1
+        assert changes[0] == path.read_bytes()
+        assert watcher.checks == 1
+    finally:
+        watcher.close()
+
+
 def test_identical_rewrite_does_not_notify(metadata_file, service_factory):
     service = service_factory(metadata_file, poll_interval=0.1)
     recorder = Recorder()

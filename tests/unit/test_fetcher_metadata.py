@@ -1,0 +1,171 @@
+"""A fetcher asks for a topic's metadata before assigning partitions its consumer has not seen yet.
+
+librdkafka starts fetching a newly assigned partition it has no metadata for only after its next metadata
+refresh (about a second); the fetcher asks first. These tests use a fake consumer that records the calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.reader._fetcher import ClusterFetcher
+from multicluster_source.reader._settings import FetchSettings
+
+
+class FakeConsumer:
+    """Records list_topics and (un)assign calls; the broker has ``partitions`` per topic; no records."""
+
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self.partitions = partitions
+        self.calls: list[tuple[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def _record(self, call: str, arg: Any) -> None:
+        with self.lock:
+            self.calls.append((call, arg))
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        self._record("metadata", topic)
+        parts = {p: None for p in range(self.partitions.get(topic, 0))}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=parts)})
+
+    def incremental_assign(self, tps: list[Any]) -> None:
+        self._record("assign", sorted((tp.topic, tp.partition) for tp in tps))
+
+    def incremental_unassign(self, tps: list[Any]) -> None:
+        self._record("unassign", sorted((tp.topic, tp.partition) for tp in tps))
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        time.sleep(timeout)
+        return []
+
+    def poll(self, timeout: float) -> None:
+        time.sleep(min(timeout, 0.01))
+
+    def position(self, tps: list[Any]) -> list[Any]:
+        return tps
+
+    def get_watermark_offsets(self, tp: Any, cached: bool = False) -> tuple[int, int]:
+        return (0, 0)
+
+    def close(self) -> None:
+        self._record("close", None)
+
+
+class _Metrics:
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+class _Context:
+    index = 0
+    rack = None
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
+        return True
+
+    def is_buffer_full(self) -> bool:
+        return False
+
+    def fail(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+    def reader_failed(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+    def send_event_to_enumerator(self, event: Any) -> None:
+        pass
+
+
+def _split(topic: str, partition: int) -> KafkaPartitionSplit:
+    return KafkaPartitionSplit("east", topic, partition, 0)
+
+
+def _wait_for(consumer: FakeConsumer, count: int) -> list[tuple[str, Any]]:
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        with consumer.lock:
+            calls = [c for c in consumer.calls if c[0] != "close"]
+        if len(calls) >= count:
+            return calls
+        time.sleep(0.005)
+    raise AssertionError(f"expected {count} calls, got {calls}")
+
+
+def test_metadata_is_asked_for_new_topics_new_partitions_and_re_added_topics() -> None:
+    consumer = FakeConsumer({"orders": 2, "refunds": 1})
+    context = _Context()
+    settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
+    fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None, consumer=consumer)
+    fetcher.start()
+    try:
+        fetcher.add_splits([_split("orders", 0), _split("orders", 1), _split("refunds", 0)])
+        calls = _wait_for(consumer, 3)
+        assert calls == [
+            ("metadata", "orders"),  # once per topic, before the assignment
+            ("metadata", "refunds"),
+            ("assign", [("orders", 0), ("orders", 1), ("refunds", 0)]),
+        ]
+
+        consumer.partitions["orders"] = 3  # a partition added to a known topic
+        fetcher.add_splits([_split("orders", 2)])
+        assert _wait_for(consumer, 5)[3:] == [("metadata", "orders"), ("assign", [("orders", 2)])]
+
+        fetcher.remove_topics(["refunds"])
+        fetcher.add_splits([_split("refunds", 0)])  # a topic added again may have been recreated
+        assert _wait_for(consumer, 8)[5:] == [
+            ("unassign", [("refunds", 0)]),
+            ("metadata", "refunds"),
+            ("assign", [("refunds", 0)]),
+        ]
+    finally:
+        fetcher.stop()
+    assert not context.errors
+    assert consumer.calls[-1] == ("close", None)
+
+
+def test_partitions_already_known_are_assigned_without_a_metadata_request() -> None:
+    consumer = FakeConsumer({"orders": 4})
+    settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
+    fetcher = ClusterFetcher("east", {}, settings, _Context(), lambda ids: None, consumer=consumer)
+    fetcher.start()
+    try:
+        fetcher.add_splits([_split("orders", 0), _split("orders", 1)])
+        _wait_for(consumer, 2)
+        fetcher.add_splits([_split("orders", 2), _split("orders", 3)])  # e.g. taken over from a failed reader
+        calls = _wait_for(consumer, 3)
+    finally:
+        fetcher.stop()
+    assert calls == [
+        ("metadata", "orders"),
+        ("assign", [("orders", 0), ("orders", 1)]),
+        ("assign", [("orders", 2), ("orders", 3)]),
+    ]
+
+
+def test_consumer_defaults_for_quick_first_records_unless_a_property_says_otherwise() -> None:
+    from multicluster_source.metadata import ClusterMetadata
+    from multicluster_source.reader._multicluster import MultiClusterReader
+    from multicluster_source.reader._settings import ReaderSettings
+
+    settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
+
+    def conf(source_props: dict[str, str], cluster_props: dict[str, str]) -> dict[str, Any]:
+        reader_settings = ReaderSettings("g", source_props, "mcs", False, settings)
+        reader = MultiClusterReader(_Context(), reader_settings)
+        cluster = ClusterMetadata("east", "east:9092", frozenset({"orders"}), cluster_props)
+        return reader._client_conf(cluster)
+
+    assert conf({}, {})["fetch.wait.max.ms"] == "100"
+    assert conf({}, {})["reconnect.backoff.ms"] == "10"
+    assert conf({}, {"reconnect.backoff.ms": "100"})["reconnect.backoff.ms"] == "100"
+    assert conf({"fetch.wait.max.ms": "500"}, {})["fetch.wait.max.ms"] == "500"
+    assert conf({"fetch.wait.max.ms": "500"}, {"fetch.wait.max.ms": "20"})["fetch.wait.max.ms"] == "20"
