@@ -68,6 +68,7 @@ PINNED = [
     "SourceRecord",
     "SourceStream",
     "StaticMetadataService",
+    "StreamClosedError",
     "StreamPatternSubscriber",
     "StreamSetSubscriber",
     "TopicStatusStore",

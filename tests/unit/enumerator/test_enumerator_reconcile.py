@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -343,3 +344,19 @@ def test_leader_racks_steer_assignment() -> None:
         assert all("abc"[s.partition % 3] == "abc"[reader] for s in splits)
     placement = enumerator.status()["placement"]
     assert all(e["reason"].startswith("leader rack") for e in placement.values())
+
+
+def test_subscribed_ids_missing_from_the_metadata_are_warned_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = InMemoryMetadataService([KafkaStream("t", {"east": cluster("east", "orders")})])
+    enumerator, _ctx, _ = make(service)
+    with caplog.at_level(logging.WARNING, logger="multicluster_source.enumerator"):
+        enumerator.start()
+        enumerator.refresh()  # the same answer again: no second warning
+    warnings = [r.getMessage() for r in caplog.records if "not in the metadata" in r.getMessage()]
+    assert len(warnings) == 1 and "src" in warnings[0] and ": s (it contains: t)" in warnings[0]
+    assert enumerator.status()["missing_streams"] == ["s"]
+    service.set_streams([KafkaStream("s", {"east": cluster("east", "orders")})])
+    enumerator.refresh()
+    assert enumerator.status()["missing_streams"] == []
