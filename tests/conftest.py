@@ -13,6 +13,7 @@ from typing import TypeVar
 import pytest
 
 from harness import Cluster, ClusterPool, ClusterUnavailable
+from harness.secured import SecuredKafkaCluster
 
 _T = TypeVar("_T")
 _USED = pytest.StashKey[list[Cluster]]()
@@ -74,6 +75,15 @@ def fresh_cluster(
     yield start
     for cluster in started:
         cluster_pool.release(cluster)
+
+
+@pytest.fixture
+def secured_cluster(
+    cluster_pool: ClusterPool, request: pytest.FixtureRequest
+) -> Callable[[str], SecuredKafkaCluster]:
+    """``secured_cluster("sasl_ssl")`` or ``secured_cluster("mtls")``: the shared Apache Kafka cluster with a
+    SASL_SSL (SCRAM-SHA-512) or a mutual-TLS listener (``harness.secured``), started on first use."""
+    return lambda mode: _use(request, lambda: cluster_pool.secured(mode))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -354,10 +354,15 @@ class MultiClusterEnumerator:
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready view for the admin server and tests (coordinator thread)."""
+        enumerators = self._clusters.enumerators()
         return {
             "metadata_version": self._version,
             "clusters": {
-                cid: {"bootstrap_servers": md.bootstrap_servers, "topics": sorted(md.topics)}
+                cid: {
+                    "bootstrap_servers": md.bootstrap_servers,
+                    "topics": sorted(md.topics),
+                    "error": enumerators[cid].current_error() if cid in enumerators else None,
+                }
                 for cid, md in sorted(self._metadata.items())
             },
             "splits": {sid: self._owner.get(sid) for sid in sorted(self._splits)},

@@ -92,6 +92,7 @@ def stream_status(
             "bootstrap_servers": md.get("bootstrap_servers"),
             "topics": list(md.get("topics", [])),
             "assigned_splits": per_cluster.get(cid, 0),
+            "error": md.get("error"),
         }
         for cid, md in clusters_md.items()
     }
