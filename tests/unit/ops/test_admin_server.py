@@ -407,3 +407,10 @@ def test_the_token_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch,
         assert srv.authorized(None) is False  # no header: nothing secret-dependent to time
     finally:
         srv.close()
+
+
+def test_page_shows_a_cluster_error_escaped(source: FakeSource) -> None:
+    status = source.status()
+    status["clusters"]["east"]["error"] = "_AUTHENTICATION: SASL authentication error: <bad>"
+    page = render_status_page([status])
+    assert "_AUTHENTICATION: SASL authentication error: &lt;bad&gt;" in page
