@@ -8,12 +8,14 @@ first use and are shared by the session; tests isolate themselves with unique to
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 from harness import Cluster, ClusterPool, ClusterUnavailable
-from harness.secured import SecuredKafkaCluster
+
+if TYPE_CHECKING:
+    from harness.secured import SecuredKafkaCluster
 
 _T = TypeVar("_T")
 _USED = pytest.StashKey[list[Cluster]]()

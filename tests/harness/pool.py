@@ -7,12 +7,15 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from harness.cluster import Cluster
 from harness.external import ExternalCluster
 from harness.kafka import KafkaCluster
-from harness.secured import MODES, SecuredKafkaCluster
 from harness.tansu import TansuCluster
+
+if TYPE_CHECKING:
+    from harness.secured import SecuredKafkaCluster
 
 BROKERS_ENV = "MCS_TEST_BROKERS"
 BOOTSTRAP_ENV = "MCS_TEST_BOOTSTRAP"
@@ -109,6 +112,8 @@ class ClusterPool:
     def secured(self, mode: str) -> SecuredKafkaCluster:
         """The shared secured cluster of ``mode`` ("sasl_ssl" or "mtls"; see :mod:`harness.secured`),
         started on first use (Apache Kafka only: it is configured through its server.properties)."""
+        from harness.secured import MODES, SecuredKafkaCluster  # needs cryptography: only when asked for
+
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if self.kind != "kafka":
