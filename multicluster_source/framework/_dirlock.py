@@ -89,7 +89,7 @@ class DirectoryLock:
 
 
 def _read_holder(fd: int) -> str:
-    """``pid <n> (source <name>)`` from the holder's note, or ``pid unknown`` while it is being written."""
+    """``held by pid <n>, source <name>`` from the holder's note (``pid unknown`` while it is written)."""
     try:
         text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
     except OSError:
