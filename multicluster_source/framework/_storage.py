@@ -84,8 +84,9 @@ class DirectoryCheckpointStorage:
         Raises :class:`~multicluster_source.CheckpointError` naming the directory and the holder's pid when a
         live source (in this or another process) holds it; a holder that died does not block.
         """
-        self._lock = DirectoryLock(self._store.directory, owner) if not self._lock.held else self._lock
-        self._lock.acquire()
+        lock = DirectoryLock(self._store.directory, owner)  # a new open file: held already means refused
+        lock.acquire()
+        self._lock = lock
 
     def release(self) -> None:
         """Give the directory up (idempotent)."""

@@ -110,6 +110,16 @@ def test_another_process_holding_the_directory_blocks_open_and_run_until_it_is_k
         assert stream.checkpoint() == 1
 
 
+def test_one_storage_object_cannot_be_acquired_twice(tmp_path: Path) -> None:
+    storage = DirectoryCheckpointStorage(tmp_path / "ckpt")
+    storage.acquire("first")
+    with pytest.raises(CheckpointError, match=rf"pid {os.getpid()}, source first"):
+        storage.acquire("second")
+    storage.release()
+    storage.acquire("third")  # free again once released
+    storage.release()
+
+
 def test_run_holds_the_directory_and_releases_it_when_it_ends(tmp_path: Path) -> None:
     storage = DirectoryCheckpointStorage(tmp_path / "ckpt")
     control = RunControl()
