@@ -18,6 +18,7 @@ from multicluster_source.exceptions import (
     MultiClusterSourceError,
     OffsetOutOfRangeError,
     SourceFailedError,
+    StreamClosedError,
 )
 from multicluster_source.framework._records import MessageBatch, RawRecord, SourceRecord
 from multicluster_source.framework._storage import (
@@ -90,6 +91,7 @@ __all__ = [
     "SourceRecord",
     "SourceStream",
     "StaticMetadataService",
+    "StreamClosedError",
     "StreamPatternSubscriber",
     "StreamSetSubscriber",
     "TopicStatusStore",

@@ -7,7 +7,9 @@ The tree::
     ├── MetadataError                  metadata could not be read or is invalid (names file, line, key)
     │   └── MetadataValidationError    the content parsed but breaks a rule (duplicate cluster, ...)
     ├── DeserializationError           the deserializer raised; names cluster, topic, partition, offset
-    ├── CheckpointError                a checkpoint could not be written, read or restored
+    ├── CheckpointError                a checkpoint could not be written, read or restored, or its directory
+    │                                  is owned by another running source (names the directory and pid)
+    ├── StreamClosedError (+RuntimeError) poll, poll_batches or iteration on a stream already closed
     └── SourceFailedError              a reader or the enumerator failed; ``__cause__`` holds the original
         └── OffsetOutOfRangeError      a position left the log and ``auto.offset.reset=error`` forbids a reset
 
@@ -25,6 +27,7 @@ __all__ = [
     "MultiClusterSourceError",
     "OffsetOutOfRangeError",
     "SourceFailedError",
+    "StreamClosedError",
 ]
 
 
@@ -87,7 +90,14 @@ class DeserializationError(MultiClusterSourceError):
 
 
 class CheckpointError(MultiClusterSourceError):
-    """A checkpoint could not be written, read or restored; the message names the file."""
+    """A checkpoint could not be written, read or restored, or its directory is owned by another source.
+
+    The message names the file, or the directory and the pid of the source holding it.
+    """
+
+
+class StreamClosedError(MultiClusterSourceError, RuntimeError):
+    """``poll``, ``poll_batches`` or iteration was called on a stream that is already closed."""
 
 
 class SourceFailedError(MultiClusterSourceError):

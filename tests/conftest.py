@@ -8,11 +8,14 @@ first use and are shared by the session; tests isolate themselves with unique to
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 from harness import Cluster, ClusterPool, ClusterUnavailable
+
+if TYPE_CHECKING:
+    from harness.secured import SecuredKafkaCluster
 
 _T = TypeVar("_T")
 _USED = pytest.StashKey[list[Cluster]]()
@@ -74,6 +77,15 @@ def fresh_cluster(
     yield start
     for cluster in started:
         cluster_pool.release(cluster)
+
+
+@pytest.fixture
+def secured_cluster(
+    cluster_pool: ClusterPool, request: pytest.FixtureRequest
+) -> Callable[[str], SecuredKafkaCluster]:
+    """``secured_cluster("sasl_ssl")`` or ``secured_cluster("mtls")``: the shared Apache Kafka cluster with a
+    SASL_SSL (SCRAM-SHA-512) or a mutual-TLS listener (``harness.secured``), started on first use."""
+    return lambda mode: _use(request, lambda: cluster_pool.secured(mode))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -16,6 +16,7 @@ from multicluster_source.enumerator._proxy import StoppableContextProxy
 from multicluster_source.framework._interfaces import Cancellable
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata
+from multicluster_source.ops._clientlog import ClientErrorReporter, client_logging
 
 _log = logging.getLogger("multicluster_source.enumerator")
 
@@ -80,6 +81,7 @@ class KafkaClusterEnumerator:
         self._admin: Any = None
         self._warned_missing: set[str] = set()
         self._last_error: str | None = None
+        self._client_errors = ClientErrorReporter(config.cluster.cluster_id, "enumerator")
         self._rounds = 0
         self._generation = 0
         self._next: Cancellable | None = None
@@ -96,10 +98,22 @@ class KafkaClusterEnumerator:
         return frozenset(self._seen)
 
     def admin(self) -> Any:
-        """The cluster's admin client, created on first use."""
+        """The cluster's admin client, created on first use; its errors (authentication, TLS, ...) are
+        logged naming the cluster and kept for :meth:`current_error`."""
         if self._admin is None:
-            self._admin = self._admin_factory(dict(self.config.client_properties))
+            conf = dict(self.config.client_properties)
+            conf.update(client_logging(self.cluster_id, "enumerator", self._client_errors))
+            self._admin = self._admin_factory(conf)
         return self._admin
+
+    def current_error(self) -> str | None:
+        """Why this cluster does not work now (the client's latest error, else the failed discovery), or
+        None once a discovery round succeeded. Serves the admin client's pending callbacks first, so an
+        authentication or TLS error shows while a discovery round still waits for its answer."""
+        serve = getattr(self._admin, "poll", None)
+        if callable(serve):
+            serve(0)
+        return self._client_errors.last or self._last_error
 
     def start(self) -> None:
         """Create the admin client and schedule discovery: now, then every interval (or once)."""
@@ -149,7 +163,12 @@ class KafkaClusterEnumerator:
         topics, known, seen = self._snapshot
         config = self.config
         admin = self._admin
-        md = admin.list_topics(timeout=config.request_timeout_s)
+        serve = getattr(admin, "poll", None)  # an admin client serves error_cb and logger only in poll()
+        try:
+            md = admin.list_topics(timeout=config.request_timeout_s)
+        finally:
+            if callable(serve):
+                serve(0)
         found: list[tuple[str, int]] = []
         missing: list[str] = []
         leaders: dict[tuple[str, int], int] = {}
@@ -207,6 +226,7 @@ class KafkaClusterEnumerator:
         if self._last_error is not None:
             _log.info("cluster=%s: partition discovery works again", cid)
             self._last_error = None
+        self._client_errors.clear()
         for topic in result.missing_topics:
             if topic in self._topics and topic not in self._warned_missing:
                 _log.warning("cluster=%s: topic %r does not exist (yet); will keep looking", cid, topic)

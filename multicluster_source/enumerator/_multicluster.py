@@ -69,6 +69,7 @@ class MultiClusterEnumerator:
         self._seen: dict[str, frozenset[str]] = {}
         self._discovery_pending: set[str] = set()
         self.last_reconciliation: dict[str, Any] | None = None
+        self.missing_streams: list[str] = []  # subscribed ids the metadata lacks (last read)
         if restored is not None:
             self._splits = {s.split_id: s for s in restored.splits}
             self._finished = set(restored.finished) & set(self._splits)
@@ -115,10 +116,33 @@ class MultiClusterEnumerator:
 
     def _read_metadata(self) -> list[ClusterMetadata]:
         streams = self._s.subscriber.get_subscribed_streams(self._s.service)
+        self._note_missing({s.stream_id for s in streams})
         clusters = [
             c for stream in sorted(streams, key=lambda s: s.stream_id) for c in stream.clusters.values()
         ]
         return clusters
+
+    def _note_missing(self, found: set[str]) -> None:
+        """Warn (once per change) about subscribed stream ids the metadata does not contain."""
+        wanted = getattr(self._s.subscriber, "stream_ids", None)
+        missing = sorted(set(wanted) - found) if isinstance(wanted, frozenset) else []
+        if missing == self.missing_streams:
+            return
+        self.missing_streams = missing
+        if missing:
+            try:
+                known = sorted(s.stream_id for s in self._s.service.get_all_streams())
+            except Exception as exc:  # only for the message: the read itself succeeded
+                known = [f"<unknown: {type(exc).__name__}>"]
+            _log.warning(
+                "source=%s: subscribed stream ids not in the metadata: %s (it contains: %s); "
+                "nothing is read for them until they appear",
+                self._s.source_name,
+                ", ".join(missing),
+                ", ".join(known) or "no streams",
+            )
+        else:
+            _log.info("source=%s: every subscribed stream id is in the metadata now", self._s.source_name)
 
     def _read_and_apply(self) -> None:
         self._apply(self._read_metadata(), initial=False)
@@ -330,10 +354,15 @@ class MultiClusterEnumerator:
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready view for the admin server and tests (coordinator thread)."""
+        enumerators = self._clusters.enumerators()
         return {
             "metadata_version": self._version,
             "clusters": {
-                cid: {"bootstrap_servers": md.bootstrap_servers, "topics": sorted(md.topics)}
+                cid: {
+                    "bootstrap_servers": md.bootstrap_servers,
+                    "topics": sorted(md.topics),
+                    "error": enumerators[cid].current_error() if cid in enumerators else None,
+                }
                 for cid, md in sorted(self._metadata.items())
             },
             "splits": {sid: self._owner.get(sid) for sid in sorted(self._splits)},
@@ -343,5 +372,6 @@ class MultiClusterEnumerator:
             "finished": sorted(self._finished),
             "retained": sorted(self._removed),
             "metadata_failures_in_a_row": self._follower.failures,
+            "missing_streams": list(self.missing_streams),
             "last_reconciliation": self.last_reconciliation,
         }

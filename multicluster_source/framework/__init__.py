@@ -15,7 +15,7 @@ What lives here:
   warning, or refused with what to write instead).
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
-  store).
+  store); ``_dirlock``: the one-owner lock of a checkpoint directory.
 
 May import: :mod:`multicluster_source.exceptions` and :mod:`multicluster_source.metadata` only.
 """

@@ -5,7 +5,8 @@ reads and writes checkpoints; workers never touch the storage. A storage must be
 process may be restarted: a directory on a shared filesystem, or an object store.
 
 * :class:`DirectoryCheckpointStorage`: files ``chk-<id>.json`` in a directory, written atomically (write,
-  fsync, rename, fsync the directory); the last ``keep`` are kept.
+  fsync, rename, fsync the directory); the last ``keep`` are kept. ``run()`` takes the directory's owner
+  lock (:mod:`~multicluster_source.framework._dirlock`) for the whole run.
 * :class:`ObjectStoreCheckpointStorage`: objects ``<prefix>chk-<id>.json`` in any :class:`ObjectStore`
   (S3, GCS, Azure Blob... through a ten-line adapter, see the README), relying on what every object store
   gives: a ``put`` of a whole object is atomic, and listing a prefix shows the objects written before.
@@ -31,6 +32,7 @@ from multicluster_source.framework._checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
+from multicluster_source.framework._dirlock import DirectoryLock
 
 _log = logging.getLogger("multicluster_source.checkpoint")
 _KEY = re.compile(r"chk-(\d{12})\.json$")
@@ -65,11 +67,33 @@ class CheckpointStorage(Protocol):
 
 
 class DirectoryCheckpointStorage:
-    """Checkpoints as files in a directory (local, or a shared filesystem such as NFS or EFS)."""
+    """Checkpoints as files in a directory (local, or a shared filesystem such as NFS or EFS).
+
+    A directory belongs to one running source at a time: ``run()`` calls :meth:`acquire` before it reads
+    the latest checkpoint and :meth:`release` when it ends.
+    """
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3) -> None:
         """Use ``directory`` (created if absent); keep the newest ``keep`` checkpoints."""
         self._store = CheckpointStore(directory, keep=keep)
+        self._lock = DirectoryLock(self._store.directory)
+
+    def acquire(self, owner: str = "") -> None:
+        """Become the directory's one owner (``owner``: a source name, written beside the pid).
+
+        Raises :class:`~multicluster_source.CheckpointError` naming the directory and the holder's pid when a
+        live source (in this or another process) holds it; a holder that died does not block.
+        """
+        lock = DirectoryLock(self._store.directory, owner)  # a new open file: held already means refused
+        lock.acquire()
+        self._lock = lock
+
+    def release(self) -> None:
+        """Give the directory up (idempotent)."""
+        self._lock.release()
+
+    def __repr__(self) -> str:
+        return f"DirectoryCheckpointStorage({str(self._store.directory)!r})"
 
     @property
     def directory(self) -> Path:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from multicluster_source.metadata._placeholders import redact_properties
+
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 # Kafka's own rule for topic names: legal characters, at most 249, not "." or "..".
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -33,6 +35,14 @@ class ClusterMetadata:
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", frozenset(self.topics))
         object.__setattr__(self, "properties", _frozen_mapping(self.properties))
+
+    def __repr__(self) -> str:
+        # Never the values of secret-looking properties (placeholders are kept: they name a source).
+        props = redact_properties(self.properties)
+        return (
+            f"ClusterMetadata(cluster_id={self.cluster_id!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+            f"topics={sorted(self.topics)!r}, properties={props!r})"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A mappingproxy cannot be pickled: runtimes carry metadata to other processes and machines.

@@ -103,6 +103,12 @@ class RecordingSubscriber:
         self.inner = inner
         self.last: tuple[KafkaStream, ...] = ()
 
+    @property
+    def stream_ids(self) -> frozenset[str] | None:
+        """The inner subscriber's fixed ids (a :class:`StreamSetSubscriber`), else None."""
+        ids = getattr(self.inner, "stream_ids", None)
+        return ids if isinstance(ids, frozenset) else None
+
     def get_subscribed_streams(self, service: KafkaMetadataService) -> set[KafkaStream]:
         """Delegate, remembering the answer."""
         streams = self.inner.get_subscribed_streams(service)

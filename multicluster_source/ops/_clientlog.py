@@ -27,6 +27,12 @@ class ClientErrorReporter:
         self._last: dict[str, float] = {}
         self._lock = threading.Lock()
         self.count = 0
+        #: ``"<error name>: <text>"`` of the latest error, until :meth:`clear` (for status answers)
+        self.last: str | None = None
+
+    def clear(self) -> None:
+        """Forget the latest error (the client works again)."""
+        self.last = None
 
     def __call__(self, error: Any) -> None:
         """Called by librdkafka (through confluent-kafka) with a KafkaError."""
@@ -35,6 +41,7 @@ class ClientErrorReporter:
         now = time.monotonic()
         with self._lock:
             self.count += 1
+            self.last = f"{name}: {text}"
             last = self._last.get(name)
             if last is not None and now - last < self.quiet_s:
                 return
@@ -42,9 +49,12 @@ class ClientErrorReporter:
         _log.warning("cluster=%s: %s client error %s: %s", self.cluster_id, self.role, name, text)
 
 
-def client_logging(cluster_id: str, role: str) -> dict[str, Any]:
-    """Client configuration entries that route librdkafka logs and errors to Python logging."""
-    reporter: Callable[[Any], None] = ClientErrorReporter(cluster_id, role)
+def client_logging(
+    cluster_id: str, role: str, reporter: Callable[[Any], None] | None = None
+) -> dict[str, Any]:
+    """Client configuration entries that route librdkafka logs and errors to Python logging (errors to
+    ``reporter`` when given, e.g. a :class:`ClientErrorReporter` kept for status answers)."""
+    reporter = reporter or ClientErrorReporter(cluster_id, role)
     return {
         "logger": logging.getLogger(f"multicluster_source.client.{cluster_id}"),
         "error_cb": reporter,

@@ -80,8 +80,10 @@ def _render_source(status: Mapping[str, Any]) -> str:
         read = ", ".join(tracked.get(cid, []))
         servers = c.get("bootstrap_servers")
         topics = ", ".join(c.get("topics", []))
+        error = f'<br><small class="error">{_e(c["error"])}</small>' if c.get("error") else ""
         rows.append(
-            f'<tr data-cluster="{_e(cid)}"><td><b>{_e(cid)}</b></td><td><code>{_e(servers)}</code></td>'
+            f'<tr data-cluster="{_e(cid)}"><td><b>{_e(cid)}</b>{error}</td>'
+            f"<td><code>{_e(servers)}</code></td>"
             f"<td>{_e(topics)}</td><td>{_e(read)}</td>"
             f"{_num(c.get('assigned_splits'))}{_num(lag_by_cluster.get(cid), lag=True)}</tr>"
         )

@@ -116,18 +116,27 @@ def run_source(
     batches = options.pop("batches", False)
     if not isinstance(batches, bool):
         raise ConfigurationError(f"run(batches=...): True or False, got {batches!r}")
-    transport = _make_transport(runtime, source, handler, parallelism, racks, options, batches)
-    driver = Driver(
-        source,
-        parallelism,
-        transport,
-        storage=storage,
-        checkpoint_dir=checkpoint_dir,
-        interval=checkpoint_interval,
-        registry=registry,
-        control=control,
-        stop_event=stop_event,
-        startup_timeout=startup_timeout,
-        stop_timeout=stop_timeout,
-    )
-    return driver.run()
+    # One owner per checkpoint directory: taken before the latest checkpoint is read, held to the end.
+    acquire = getattr(storage, "acquire", None)
+    if callable(acquire):
+        acquire(source.name)
+    try:
+        transport = _make_transport(runtime, source, handler, parallelism, racks, options, batches)
+        driver = Driver(
+            source,
+            parallelism,
+            transport,
+            storage=storage,
+            checkpoint_dir=checkpoint_dir,
+            interval=checkpoint_interval,
+            registry=registry,
+            control=control,
+            stop_event=stop_event,
+            startup_timeout=startup_timeout,
+            stop_timeout=stop_timeout,
+        )
+        return driver.run()
+    finally:
+        release = getattr(storage, "release", None)
+        if callable(release):
+            release()

@@ -37,10 +37,23 @@ def stream_health(
             reasons.append("the enumerator did not answer within 5 s")
         elif int(enumerator.get("metadata_version", 0)) < 1:
             reasons.append("stream metadata is not loaded yet")
+        if enumerator is not None and enumerator.get("missing_streams"):
+            missing = ", ".join(enumerator["missing_streams"])
+            reasons.append(f"subscribed stream ids not in the metadata: {missing}")
         reasons += [f"reader {r.index} is not running" for r in readers if not r.alive]
     if reasons:
         return {"status": "not_ready", "reasons": reasons}
     return {"status": "ready", "reasons": []}
+
+
+def reader_assignments(readers: Sequence[ReaderRunner]) -> dict[int, list[str]]:
+    """Reader index -> split ids it reads now (none for a failed reader)."""
+    out: dict[int, list[str]] = {}
+    for runner in readers:
+        split_ids = getattr(runner.reader, "split_ids", None)
+        alive = runner.failed is None
+        out[runner.index] = list(split_ids()) if callable(split_ids) and alive else []
+    return out
 
 
 def secret_values(client_properties: Mapping[str, str], streams: Iterable[KafkaStream]) -> set[str]:
@@ -79,6 +92,7 @@ def stream_status(
             "bootstrap_servers": md.get("bootstrap_servers"),
             "topics": list(md.get("topics", [])),
             "assigned_splits": per_cluster.get(cid, 0),
+            "error": md.get("error"),
         }
         for cid, md in clusters_md.items()
     }
@@ -109,6 +123,7 @@ def stream_status(
             "failures_in_a_row": enum.get("metadata_failures_in_a_row"),
             "failures_total": None if failures_total is None else int(failures_total),
             "retained_splits": len(enum.get("retained", [])),
+            "missing_streams": list(enum.get("missing_streams", [])),
         },
         "tracking": tracking,
         "checkpoint": checkpoint,

@@ -15,8 +15,10 @@ from multicluster_source.exceptions import (
     DeserializationError,
     MultiClusterSourceError,
     SourceFailedError,
+    StreamClosedError,
 )
 from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 from multicluster_source.ops._admin_target import RecordingSubscriber
@@ -25,7 +27,12 @@ from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._delivery import Delivery
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._local import Coordinator, ReaderRunner
-from multicluster_source.runtime._status import secret_values, stream_health, stream_status
+from multicluster_source.runtime._status import (
+    reader_assignments,
+    secret_values,
+    stream_health,
+    stream_status,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -57,6 +64,12 @@ class SourceStream:
     ) -> None:
         if admin_address is not None:
             check_admin_address(admin_address, admin_token)  # refuse before anything starts
+        if source.subscriber is None:
+            raise ConfigurationError(f"source {source.name}: a reader-only copy cannot be opened")
+        self._dir_lock: DirectoryLock | None = None
+        if checkpoint_dir is not None:  # one owner per checkpoint directory, before anything reads it
+            self._dir_lock = DirectoryLock(checkpoint_dir, source.name)
+            self._dir_lock.acquire()
         self._source = source
         self._name = source.name
         self._parallelism = parallelism
@@ -70,8 +83,6 @@ class SourceStream:
         self.restored_from: str | None = None
         self._metrics = SourceMetrics(registry, self._name)
         self._admin: AdminServer | None = None
-        if source.subscriber is None:
-            raise ConfigurationError(f"source {source.name}: a reader-only copy cannot be opened")
         self._streams = RecordingSubscriber(source.subscriber)
         self._topics = source.create_topic_tracker(checkpoint_dir)
         restored = self._store.latest() if self._store is not None else None
@@ -180,9 +191,12 @@ class SourceStream:
     def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[SourceRecord]:
         """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds.
 
-        Raises the source's fatal error if it failed.
+        Raises the source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
-        if not self._before_poll():
+        return self._poll(timeout, max_records, "poll()")
+
+    def _poll(self, timeout: float, max_records: int, what: str | None) -> list[SourceRecord]:
+        if not self._before_poll(what):
             return []
         try:
             out = self._delivery.records(timeout, max_records, self._stop_waiting)
@@ -198,18 +212,21 @@ class SourceStream:
         ``[]`` after ``timeout`` seconds: no record is built, no deserializer applied (the zero-copy path).
 
         May be mixed with :meth:`poll`; checkpoints cover every message of every batch returned. Raises the
-        source's fatal error if it failed.
+        source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
-        if not self._before_poll():
+        if not self._before_poll("poll_batches()"):
             return []
         out = self._delivery.batches(timeout, max_records, self._stop_waiting)
         if not out:
             self._raise_if_failed()
         return out
 
-    def _before_poll(self) -> bool:
-        """Raise the source's failure; take a periodic checkpoint when one is due; False when closed."""
+    def _before_poll(self, what: str | None) -> bool:
+        """Raise the source's failure; take a periodic checkpoint when one is due. When closed: raise
+        :class:`StreamClosedError` naming ``what`` was called, or return False when ``what`` is None."""
         self._raise_if_failed()
+        if self._closed and what is not None:
+            raise StreamClosedError(f"source {self._name}: {what} on a closed stream")
         if self._closed:
             return False
         if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
@@ -220,9 +237,16 @@ class SourceStream:
         return self._closed or self._error is not None or self.finished
 
     def __iter__(self) -> Iterator[SourceRecord]:
-        """Every record, blocking; ends when a bounded source finished or the stream was closed."""
+        """Every record, blocking; ends when a bounded source finished or the stream was closed meanwhile.
+
+        Raises :class:`StreamClosedError` when the stream is already closed as iteration starts.
+        """
+        self._before_poll("iterating")
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[SourceRecord]:
         while True:
-            records = self.poll(timeout=0.5)
+            records = self._poll(0.5, 10_000, None)
             yield from records
             if not records and (self._closed or self.finished):
                 return
@@ -257,13 +281,7 @@ class SourceStream:
 
     def assignments(self) -> dict[int, list[str]]:
         """Reader index -> split ids it reads now."""
-        out: dict[int, list[str]] = {}
-        for runner in self._readers:
-            reader = runner.reader
-            split_ids = getattr(reader, "split_ids", None)
-            alive = runner.failed is None
-            out[runner.index] = list(split_ids()) if callable(split_ids) and alive else []
-        return out
+        return reader_assignments(self._readers)
 
     # ------------------------------------------------------------------------------ topics and status
 
@@ -300,17 +318,10 @@ class SourceStream:
         """A JSON-ready view for the admin server: health, streams, clusters (servers and topics, never
         properties), splits per reader, lag per partition, last reconciliation, metadata failures, topic
         tracking. ``enumerator`` holds the enumerator's own view."""
-        if self._closed:
-            state = "closed"
-        elif self._error is not None:
-            state = "failed"
-        elif self.finished:
-            state = "finished"
-        else:
-            state = "running"
+        state = "closed" if self._closed else "failed" if self._error is not None else None
         return stream_status(
             name=self._name,
-            state=state,
+            state=state or ("finished" if self.finished else "running"),
             health=self.health(),
             parallelism=self._parallelism,
             enumerator=self._enumerator_status() or {},
@@ -385,6 +396,8 @@ class SourceStream:
                 _log.exception("source=%s: forgetting the topic history failed", self._name)
         self._topics.close()
         self._metrics.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()  # last: nothing of this source writes into the directory any more
 
     def __enter__(self) -> SourceStream:
         return self

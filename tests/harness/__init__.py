@@ -1,7 +1,8 @@
 """Test harness: Kafka clusters (Apache Kafka from Maven Central, tansu, or external) and their helpers.
 
 ``cluster`` (the :class:`Cluster` interface and its client helpers), ``kafka`` (Apache Kafka KRaft, one node
-or rack clusters), ``tansu``, ``external``, ``pool`` (the session's clusters), ``maven`` (fetching Kafka's
+or rack clusters), ``secured`` (Apache Kafka with a SASL_SSL or mutual-TLS listener; certificates from
+``tls``), ``tansu``, ``external``, ``pool`` (the session's clusters), ``maven`` (fetching Kafka's
 jars), ``processes`` (ports and broker processes); ``scenario`` and ``runtimes`` help the source's tests.
 """
 

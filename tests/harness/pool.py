@@ -7,11 +7,15 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from harness.cluster import Cluster
 from harness.external import ExternalCluster
 from harness.kafka import KafkaCluster
 from harness.tansu import TansuCluster
+
+if TYPE_CHECKING:
+    from harness.secured import SecuredKafkaCluster
 
 BROKERS_ENV = "MCS_TEST_BROKERS"
 BOOTSTRAP_ENV = "MCS_TEST_BOOTSTRAP"
@@ -104,6 +108,29 @@ class ClusterPool:
         if self.kind == "external" and RACK_CLUSTER_NAME not in self._external:
             raise ClusterUnavailable(f"{BOOTSTRAP_ENV} names no {RACK_CLUSTER_NAME!r} cluster")
         return self.get_many([RACK_CLUSTER_NAME], racks=RACKS)[0]
+
+    def secured(self, mode: str) -> SecuredKafkaCluster:
+        """The shared secured cluster of ``mode`` ("sasl_ssl" or "mtls"; see :mod:`harness.secured`),
+        started on first use (Apache Kafka only: it is configured through its server.properties)."""
+        from harness.secured import MODES, SecuredKafkaCluster  # needs cryptography: only when asked for
+
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if self.kind != "kafka":
+            raise ClusterUnavailable(f"{BROKERS_ENV}={self.kind}: secured clusters need Apache Kafka")
+        name = f"secure-{mode.replace('_', '-')}"
+        with self._lock:
+            if name in self._failures:
+                raise RuntimeError(f"cluster {name!r} failed to start earlier") from self._failures[name]
+            if name not in self._clusters:
+                try:
+                    self._clusters[name] = SecuredKafkaCluster(name, mode=mode).start()
+                except BaseException as exc:
+                    self._failures[name] = exc
+                    raise
+            cluster = self._clusters[name]
+        assert isinstance(cluster, SecuredKafkaCluster)
+        return cluster
 
     def fresh(self, name: str = "fresh") -> Cluster:
         """A new single-node cluster nobody else uses; stop it with ``release()`` (or ``stop_all()``)."""

@@ -70,6 +70,7 @@ PINNED = [
     "SourceRecord",
     "SourceStream",
     "StaticMetadataService",
+    "StreamClosedError",
     "StreamPatternSubscriber",
     "StreamSetSubscriber",
     "TopicStatusStore",

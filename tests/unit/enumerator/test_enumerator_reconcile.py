@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -343,3 +344,55 @@ def test_leader_racks_steer_assignment() -> None:
         assert all("abc"[s.partition % 3] == "abc"[reader] for s in splits)
     placement = enumerator.status()["placement"]
     assert all(e["reason"].startswith("leader rack") for e in placement.values())
+
+
+def test_subscribed_ids_missing_from_the_metadata_are_warned_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = InMemoryMetadataService([KafkaStream("t", {"east": cluster("east", "orders")})])
+    enumerator, _ctx, _ = make(service)
+    with caplog.at_level(logging.WARNING, logger="multicluster_source.enumerator"):
+        enumerator.start()
+        enumerator.refresh()  # the same answer again: no second warning
+    warnings = [r.getMessage() for r in caplog.records if "not in the metadata" in r.getMessage()]
+    assert len(warnings) == 1 and "src" in warnings[0] and ": s (it contains: t)" in warnings[0]
+    assert enumerator.status()["missing_streams"] == ["s"]
+    service.set_streams([KafkaStream("s", {"east": cluster("east", "orders")})])
+    enumerator.refresh()
+    assert enumerator.status()["missing_streams"] == []
+
+
+class _AuthError:
+    def name(self) -> str:
+        return "_AUTHENTICATION"
+
+    def str(self) -> str:
+        return "SASL authentication error: Authentication failed"
+
+
+def test_a_cluster_client_error_is_logged_and_shown_until_discovery_works_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = InMemoryMetadataService(
+        [KafkaStream("s", {"east": cluster("east", "orders"), "west": cluster("west", "orders")})]
+    )
+    enumerator, _ctx, _ = make(service)
+    enumerator.start()
+    east = next(a for a in FakeAdmin.created[::-1] if "east" in str(a.conf["client.id"]))
+    pending: list[Any] = [_AuthError()]
+
+    def poll(timeout: float) -> None:  # like AdminClient.poll: serves the queued error callbacks
+        for error in pending:
+            east.conf["error_cb"](error)
+
+    east.poll = poll  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="multicluster_source"):
+        clusters = enumerator.status()["clusters"]
+    pending.clear()
+    assert clusters["east"]["error"] == "_AUTHENTICATION: SASL authentication error: Authentication failed"
+    assert clusters["west"]["error"] is None, "only the failing cluster shows an error"
+    assert any(
+        "cluster=east" in r.getMessage() and "_AUTHENTICATION" in r.getMessage() for r in caplog.records
+    )
+    enumerator._clusters.enumerators()["east"].discover_now()  # a round that works clears it
+    assert enumerator.status()["clusters"]["east"]["error"] is None

@@ -170,3 +170,17 @@ def test_redaction_hides_partly_literal_secret_values():
     assert redact_properties({"sasl.jaas.config": 'a password="${env:PW}" user="alice";'}) == {
         "sasl.jaas.config": "***"
     }
+
+
+def test_repr_of_cluster_metadata_and_streams_masks_secret_values_and_keeps_placeholders() -> None:
+    from multicluster_source import ClusterMetadata, KafkaStream
+
+    cluster = ClusterMetadata(
+        "east",
+        "h:9092",
+        frozenset({"t"}),
+        {"sasl.password": "hunter2-literal", "ssl.key.password": "${env:KEY_PW}", "sasl.username": "svc"},
+    )
+    for text in (repr(cluster), repr(KafkaStream("s", {"east": cluster})), str(cluster)):
+        assert "hunter2-literal" not in text
+        assert "${env:KEY_PW}" in text and "'svc'" in text and "h:9092" in text

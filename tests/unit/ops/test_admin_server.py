@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 import urllib.error
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from multicluster_source import MultiClusterKafkaSource, StaticMetadataService
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._admin import AdminServer, check_admin_address, parse_admin_address
 from multicluster_source.ops._admin_target import lag_rows
@@ -316,3 +318,99 @@ def test_lag_rows_ignore_other_metrics() -> None:
         "e", "t", "0"
     ).inc()
     assert lag_rows(registry, {"e": ["t"]}) == []
+
+
+# --------------------------------------------------------------------- every endpoint behind the token
+
+ENDPOINTS = [
+    ("GET", "/"),
+    ("GET", "/index.html"),
+    ("GET", "/metrics"),
+    ("GET", "/status"),
+    ("GET", "/sources"),
+    ("GET", "/sources/billing/topics"),
+    ("PUT", "/sources/billing/topics/reset"),
+    ("GET", "/sources/other/topics"),  # unknown names and paths say nothing either
+    ("GET", "/no/such/path"),
+    ("POST", "/status"),
+    ("DELETE", "/sources/billing/topics"),
+    ("HEAD", "/status"),
+]
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused_before_any_socket_or_thread() -> None:
+    source = FakeSource()
+    threads = {t.name for t in threading.enumerate()}
+    try:
+        for address in ("0.0.0.0:0", "[::]:0"):
+            with pytest.raises(ConfigurationError, match=r"not a loopback address.*admin_token"):
+                AdminServer(address, {"billing": source})
+        assert {t.name for t in threading.enumerate()} - threads == set()
+    finally:
+        source.close()
+
+
+def test_open_refuses_a_non_loopback_admin_address_without_a_token() -> None:
+    built = (
+        MultiClusterKafkaSource.builder()
+        .set_kafka_metadata_service(StaticMetadataService([]))
+        .set_stream_ids(["orders"])
+        .build()
+    )
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(ConfigurationError, match="admin_token"):
+        built.open(admin_address="0.0.0.0:0")
+    assert not [n for n in {t.name for t in threading.enumerate()} - before if n.startswith("mcs-")]
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+def test_every_endpoint_but_health_answers_401_without_the_token(method: str, path: str) -> None:
+    source = FakeSource()
+    token = "right-token-0123456789"
+    # bound to every interface (allowed with a token), asked over loopback
+    srv = AdminServer("0.0.0.0:0", {"billing": source}, token=token, source_name="billing").start()
+    port = srv.url.rsplit(":", 1)[1]
+    url = f"http://127.0.0.1:{port}{path}"
+    try:
+        for presented in (None, "wrong-token-0123456789", token[:-1], token + "x", ""):
+            status, headers, body = call(url, method, presented)
+            assert status == 401, (presented, status)
+            assert headers["WWW-Authenticate"].startswith("Bearer")
+            assert token.encode() not in body and SECRET.encode() not in body
+        assert source.resets == 0, "a refused reset did nothing"
+        assert call(url, method, token)[0] != 401
+        assert call(f"http://127.0.0.1:{port}/health")[0] == 200, "probes need no token"
+    finally:
+        srv.close()
+        source.close()
+
+
+def test_the_token_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch, source: FakeSource) -> None:
+    """Timing cannot be asserted reliably; what makes a compare constant-time is that every presented value
+    goes through ``hmac.compare_digest`` (never ``==`` or a prefix check), whatever its length."""
+    seen: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        seen.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)  # looked up at each call by _admin
+    token = "right-token-0123456789"
+    srv = AdminServer("127.0.0.1:0", {"billing": source}, token=token)
+    try:
+        presented = ["Bearer wrong", f"Bearer {token[:-1]}", f"Bearer {token}", "Basic abc", ""]
+        results = [srv.authorized(value) for value in presented]
+        assert results == [False, False, True, False, False]
+        assert [a for a, _ in seen] == [p.encode() for p in presented]
+        assert all(b == f"Bearer {token}".encode() for _, b in seen)
+        assert srv.authorized(None) is False  # no header: nothing secret-dependent to time
+    finally:
+        srv.close()
+
+
+def test_page_shows_a_cluster_error_escaped(source: FakeSource) -> None:
+    status = source.status()
+    status["clusters"]["east"]["error"] = "_AUTHENTICATION: SASL authentication error: <bad>"
+    page = render_status_page([status])
+    assert "_AUTHENTICATION: SASL authentication error: &lt;bad&gt;" in page
