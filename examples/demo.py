@@ -50,19 +50,21 @@ class Production:
         self.cluster = broker.cluster_id
         self.topic = topic
         self.sent: list[bytes] = []
-        self._producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
+        self._servers = broker.bootstrap_servers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"demo-produce-{self.cluster}-{topic}")
 
     def _run(self) -> None:
+        # The producer lives in this thread only: it is gone (its client closed) before the brokers stop.
+        producer = Producer({"bootstrap.servers": self._servers, "linger.ms": 5})
         n = 0
         while not self._stop.is_set():
             value = f"{self.cluster}:{self.topic}:{n}".encode()
-            self._producer.produce(self.topic, value, on_delivery=self._delivered)
+            producer.produce(self.topic, value, on_delivery=self._delivered)
             n += 1
-            self._producer.poll(0)
+            producer.poll(0)
             time.sleep(0.004)
-        self._producer.flush(10)
+        producer.flush(10)
 
     def _delivered(self, err: object, msg: object) -> None:
         if err is None:
