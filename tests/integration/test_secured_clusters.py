@@ -41,6 +41,19 @@ def _secure_md(
     return ClusterMetadata(cluster_id, cluster.secure_bootstrap_servers, frozenset({topic}), properties)
 
 
+def _connects(cluster: SecuredKafkaCluster, cert: Path, key: Path) -> bool:
+    """Whether a new client with this certificate gets a metadata answer from the mutual-TLS listener."""
+    from confluent_kafka.admin import AdminClient
+
+    props = {"bootstrap.servers": cluster.secure_bootstrap_servers, **cluster.mtls_properties(cert, key)}
+    admin = AdminClient({**props, "log_level": "0"})
+    try:
+        admin.list_topics(timeout=3)
+        return True
+    except Exception:
+        return False
+
+
 def _sasl(cluster: SecuredKafkaCluster, user: str, password: str) -> dict[str, str]:
     return cluster.sasl_properties(user, password)
 
@@ -127,6 +140,8 @@ def test_a_rotated_client_certificate_is_picked_up_when_the_cluster_reconnects(
         with builder(FileMetadataService(md_path), stream_ids=["orders"]).build().open() as s:
             assert sorted(values(drain(s, 10))) == sorted(f"v1-{i}".encode() for i in range(10))
             tls.trust_only(new_ca)  # the broker now accepts certificates of the new CA only
+            # the listener reloads its trust store asynchronously: change the metadata once it took effect
+            assert wait_for(lambda: not _connects(tls, cert, key), 30)
             write(**{"socket.keepalive.enable": "true"})  # a reconnect with the old files fails
             assert wait_for(lambda: bool(s.status()["clusters"]["tls"]["error"]), 60), s.status()["clusters"]
             new_ca.write_client("reader", cert, key)  # rotation: new files at the same paths
