@@ -26,6 +26,7 @@ from multicluster_source.framework._storage import (
     ObjectStore,
     ObjectStoreCheckpointStorage,
 )
+from multicluster_source.framework._watermarks import WatermarkStrategy
 from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
@@ -92,4 +93,5 @@ __all__ = [
     "StreamSetSubscriber",
     "TopicStatusStore",
     "TopicTrackingDisabledError",
+    "WatermarkStrategy",
 ]

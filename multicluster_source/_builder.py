@@ -24,6 +24,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._clientprops import validate_client_properties
 from multicluster_source.framework._options import SourceOptions, split_properties
 from multicluster_source.framework._records import RawRecord
+from multicluster_source.framework._watermarks import WatermarkStrategy
 from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
 from multicluster_source.metadata._subscriber import (
     KafkaStreamSubscriber,
@@ -58,6 +59,7 @@ class SourceArguments(TypedDict):
     topic_status_store: TopicStatusStore | None
     rack_id_supplier: RackIdSupplier | None
     standby_assignor: RackAwareStandbyAssignor | None
+    watermark_strategy: WatermarkStrategy
 
 
 class SourceBuilderBase:
@@ -79,6 +81,23 @@ class SourceBuilderBase:
         self._rack_id_supplier: RackIdSupplier | None = None
         self._standby_assignor: RackAwareStandbyAssignor | None = None
         self._topic_store_setter: str | None = None
+        self._watermark_strategy = WatermarkStrategy.no_watermarks()
+
+    def set_watermark_strategy(self, strategy: WatermarkStrategy) -> Self:
+        """Event time and watermarks (``stream.watermark``); default: ``WatermarkStrategy.no_watermarks()``.
+
+        Watermark alignment (``with_alignment``) is not implemented yet and is refused."""
+        if not isinstance(strategy, WatermarkStrategy):
+            raise ConfigurationError(
+                f"set_watermark_strategy(): needs a WatermarkStrategy, got {type(strategy).__name__}"
+            )
+        if strategy.alignment is not None:
+            raise ConfigurationError(
+                "set_watermark_strategy(): watermark alignment (with_alignment) is not supported yet; "
+                "use a strategy without it"
+            )
+        self._watermark_strategy = strategy
+        return self
 
     def set_rack_id_supplier(self, supplier: RackIdSupplier) -> Self:
         """``supplier(cluster_id, reader_rack) -> str | None``: the ``client.rack`` a reader's consumer of a
@@ -259,6 +278,7 @@ class SourceBuilderBase:
             topic_status_store=self._topic_store,
             rack_id_supplier=self._rack_id_supplier,
             standby_assignor=self._standby(options),
+            watermark_strategy=self._watermark_strategy,
         )
 
     def _standby(self, options: SourceOptions) -> RackAwareStandbyAssignor | None:

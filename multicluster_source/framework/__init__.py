@@ -12,6 +12,8 @@ What lives here:
   source options and client properties.
 - ``_clientprops``: the check of client properties by librdkafka (no broker contacted).
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
+- ``_watermarks``: ``WatermarkStrategy`` (event time and watermarks, set on the builder) and the event times
+  of a batch per split (computed by fetchers, once per batch).
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store).
 

@@ -33,6 +33,7 @@ __all__ = [
     "DESER_ERRORS",
     "FAILOVERS",
     "LAG",
+    "LATE",
     "METADATA_FAILURES",
     "METRIC_NAMES",
     "OFFSET_RESETS",
@@ -40,6 +41,7 @@ __all__ = [
     "RECORDS",
     "RESTARTS",
     "SPLITS",
+    "WATERMARK",
     "Labels",
     "MetricKey",
     "SharedMetrics",
@@ -63,6 +65,8 @@ RESTARTS: Final = "multicluster_source_reader_restarts"
 DESER_ERRORS: Final = "multicluster_source_deserialization_errors"
 FAILOVERS: Final = "multicluster_source_failovers"
 OFFSET_RESETS: Final = "multicluster_source_offset_resets"
+LATE: Final = "multicluster_source_late_records"
+WATERMARK: Final = "multicluster_source_watermark_ms"
 #: Gauges whose exported value is the sum of every source's own value.
 _SUMMED: Final = frozenset({SPLITS, ACTIVE})
 
@@ -134,6 +138,13 @@ _SPECS: Final[dict[str, _Spec]] = {
             "Times a partition's position was out of range (aged out of the log) and was reset per "
             "auto.offset.reset.",
         ),
+        _Spec(
+            LATE,
+            Counter,
+            ("cluster", "topic"),
+            "Records returned with an event time at or below the watermark (delivered all the same).",
+        ),
+        _Spec(WATERMARK, Gauge, (), "The stream's watermark (ms since the epoch), once it has one."),
     )
 }
 

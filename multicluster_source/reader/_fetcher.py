@@ -26,6 +26,7 @@ from typing import Any
 from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedError
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.framework._watermarks import kafka_event_times
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
 
@@ -70,6 +71,7 @@ class ClusterFetcher:
         self._outstanding: set[str] = set()
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
+        self._progress_ids: list[str] = []
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_topics: set[str] = set()
@@ -239,6 +241,7 @@ class ClusterFetcher:
 
         progress = self._progress
         self._split_ids = frozenset(p.split_id for p in progress.values())
+        self._progress_ids = [p.split_id for p in progress.values()]
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
 
@@ -259,8 +262,9 @@ class ClusterFetcher:
             if self._ctx.is_buffer_full():
                 consumer.pause(consumer.assignment())
                 paused = True
+            times = self._event_times(messages) if self._s.event_times else None
             delivered = self._ctx.emit(
-                RecordBatch(self.cluster_id, messages, positions), self._stopping.is_set
+                RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
             )
             if paused:
                 consumer.resume(consumer.assignment())
@@ -284,6 +288,12 @@ class ClusterFetcher:
             finished.extend(outcome.finished)
         if finished:
             self._drop_finished(consumer, finished)
+
+    def _event_times(self, messages: list[Any]) -> dict[str, tuple[int, int]]:
+        """Per split, the smallest and largest Kafka timestamp of ``messages`` (event time)."""
+        one = [self._progress_ids[0]] if len(self._progress_ids) == 1 else ()
+        topic = self._topics[0] if len(self._topics) == 1 else None
+        return kafka_event_times(self.cluster_id, messages, one, topic)
 
     def _on_errors(
         self, errors: list[Any], finished: list[tuple[str, int]], resets: dict[tuple[str, int], int]

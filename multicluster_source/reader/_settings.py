@@ -31,6 +31,8 @@ class FetchSettings:
     lag_interval_s: float = 1.0
     on_topic_read: Callable[[str, str, int], None] | None = None
     """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
+    event_times: bool = False
+    """Compute each batch's Kafka timestamps per split (a watermark strategy without timestamp assigner)."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ What lives here:
 - ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``; ``_delivery`` takes records
   or batches out of the hand-off with the positions of what was taken; ``_status`` builds its health and
   status documents.
+- ``_watermarks``: the stream's watermark: split watermarks of what was returned, combined (minimum over
+  active, non-idle splits), late records counted; told of assignments and removals by the coordinator.
 - ``_factory``: the :class:`SourceFactory` protocol (what a runtime needs of a source) and the checks made
   before readers start.
 - the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),

@@ -26,6 +26,7 @@ from multicluster_source.runtime._delivery import Delivery
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._local import Coordinator, ReaderRunner
 from multicluster_source.runtime._status import secret_values, stream_health, stream_status
+from multicluster_source.runtime._watermarks import stream_watermarks
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -84,8 +85,10 @@ class SourceStream:
         make_records = RecordMaker(
             source.deserializer, source.options.deserialization_error_policy, self._metrics
         )
-        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance)
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
+        self._watermarks = stream_watermarks(source, self._metrics, make_records, self._coordinator, restored)
+        on_delivered = self._watermarks.delivered if self._watermarks.enabled else None
+        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance, on_delivered)
         racks = dict(reader_racks or {})
         self._coordinator.racks = racks
         self._readers = [
@@ -186,7 +189,7 @@ class SourceStream:
             return []
         try:
             out = self._delivery.records(timeout, max_records, self._stop_waiting)
-        except DeserializationError as exc:  # policy "fail": the same for every reader, the source fails
+        except (DeserializationError, SourceFailedError) as exc:  # deserializer or timestamp assigner failed
             self._fail(exc)
             raise
         if not out:
@@ -239,6 +242,13 @@ class SourceStream:
             and not self._delivery.holding
             and self._handoff.empty()
         )
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark in ms of the records returned so far: the minimum over active, non-idle
+        splits, never decreasing; None until every active split has one (and without a watermark
+        strategy)."""
+        return self._watermarks.watermark
 
     @property
     def name(self) -> str:
@@ -320,7 +330,7 @@ class SourceStream:
             topics=self._topics,
             registry=self._metrics.registry,
             checkpoint={"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
-        )
+        ) | {"event_time": self._watermarks.status()}
 
     def secret_values(self) -> set[str]:
         """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin

@@ -30,6 +30,7 @@ CONTRACT = {
 
 CONTRACT.add("KafkaTopicMetadataService")
 CONTRACT.add("MessageBatch")  # API.md section 8
+CONTRACT.add("WatermarkStrategy")  # API.md section 8
 
 PINNED = [
     "CheckpointError",
@@ -72,6 +73,7 @@ PINNED = [
     "StreamSetSubscriber",
     "TopicStatusStore",
     "TopicTrackingDisabledError",
+    "WatermarkStrategy",
 ]
 
 
