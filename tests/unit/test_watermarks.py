@@ -234,6 +234,9 @@ def test_tracker_late_records_gauge_and_removal() -> None:
     assert tracker.watermark == 1190
     tracker.metadata({}, version=1)  # stale: ignored
     assert tracker.status()["splits"].keys() == {"east/a/0"}
+    tracker.assigned(["east/b/0"])
+    tracker.metadata({"east": ClusterMetadata("east", "localhost:1", frozenset({"b"}))}, version=3)
+    assert tracker.status()["splits"].keys() == {"east/b/0"}  # a removed topic releases its splits too
     metrics.close()
 
 

@@ -1,0 +1,145 @@
+"""Event time on real Kafka: records produced with their own timestamps on two clusters; the stream's
+watermark is the minimum over the splits, idle splits stop holding it back, a removed cluster releases it,
+late records are counted, and a restore starts without watermarks."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from harness.cluster import Cluster
+from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
+from multicluster_source import WatermarkStrategy
+from multicluster_source.testing import InMemoryMetadataService
+
+pytestmark = pytest.mark.integration
+
+# ms; an hour ago, so that the brokers' retention (7 days by record timestamp) keeps the records
+BASE = (int(time.time()) // 60 - 60) * 60_000
+BOUND = WatermarkStrategy.for_bounded_out_of_orderness(1.0)  # 1000 ms
+
+
+def produce_at(cluster: Cluster, topic: str, stamps: list[int], partition: int = 0) -> None:
+    """One record per producer-set timestamp (ms), in this order."""
+    producer = cluster.producer()
+    for i, ts in enumerate(stamps):
+        producer.produce(topic, value=f"{ts}-{i}".encode(), partition=partition, timestamp=ts)
+    assert producer.flush(30) == 0
+
+
+def drain_batches(s: Any, count: int, timeout: float = 60.0) -> int:
+    n = 0
+    deadline = time.monotonic() + timeout
+    while n < count and time.monotonic() < deadline:
+        n += sum(len(b) for b in s.poll_batches(timeout=0.2))
+    return n
+
+
+def late_total(registry: CollectorRegistry, cluster: str, topic: str) -> float:
+    labels = {"cluster": cluster, "topic": topic}
+    return registry.get_sample_value("multicluster_source_late_records_total", labels) or 0.0
+
+
+def test_watermark_is_the_minimum_over_splits_of_two_clusters(kafka_clusters: Any) -> None:
+    east, west = kafka_clusters(2)
+    te = east.create_topic("et-min", partitions=2)
+    tw = west.create_topic("et-min", partitions=1)
+    # out of order within each split; the largest per split: east/0 9000, east/1 7000, west/0 5000
+    produce_at(east, te, [BASE + 1000, BASE + 9000, BASE + 3000], partition=0)
+    produce_at(east, te, [BASE + 7000, BASE + 2000], partition=1)
+    produce_at(west, tw, [BASE + 4000, BASE + 5000, BASE + 4500])
+    registry = CollectorRegistry()
+    source = builder([stream("s", cluster_md(east, te), cluster_md(west, tw))])
+    built = source.set_watermark_strategy(BOUND).build()
+    with built.open(parallelism=2, registry=registry) as s:
+        assert s.watermark is None
+        got = drain(s, 8)
+        assert len(got) == 8
+        assert s.watermark == BASE + 5000 - 1000
+        assert registry.get_sample_value("multicluster_source_watermark_ms") == BASE + 4000
+        assert s.status()["event_time"]["splits"][f"{west.cluster_id}/{tw}/0"]["watermark"] == BASE + 4000
+        # west moves ahead: east/1 (7000) is now the slowest split
+        produce_at(west, tw, [BASE + 20_000])
+        assert len(drain(s, 1)) == 1
+        assert s.watermark == BASE + 6000
+        # a record at or below the watermark is delivered and counted late
+        produce_at(east, te, [BASE + 6000, BASE + 6001], partition=1)
+        late = drain(s, 2)
+        assert sorted(r.timestamp for r in late) == [BASE + 6000, BASE + 6001]
+        assert late_total(registry, east.cluster_id, te) == 1
+        assert s.watermark == BASE + 6000  # never goes back
+
+
+def test_batch_path_moves_the_watermark_too(kafka_clusters: Any) -> None:
+    east, west = kafka_clusters(2)
+    te = east.create_topic("et-batch", partitions=1)
+    tw = west.create_topic("et-batch", partitions=1)
+    produce_at(east, te, [BASE + i for i in range(0, 3000, 10)])
+    produce_at(west, tw, [BASE + 500 + i for i in range(0, 3000, 10)])
+    source = builder([stream("s", cluster_md(east, te), cluster_md(west, tw))])
+    strategy = WatermarkStrategy.for_monotonous_timestamps()
+    with source.set_watermark_strategy(strategy).build().open() as s:
+        assert drain_batches(s, 600) == 600
+        assert s.watermark == BASE + 2990
+
+
+def test_an_idle_split_stops_holding_the_watermark(kafka_clusters: Any) -> None:
+    east, west = kafka_clusters(2)
+    te = east.create_topic("et-idle", partitions=1)
+    tw = west.create_topic("et-idle", partitions=1)  # never gets a record
+    produce_at(east, te, [BASE + 1000, BASE + 8000])
+    streams = [stream("s", cluster_md(east, te), cluster_md(west, tw))]
+    with builder(streams).set_watermark_strategy(BOUND).build().open() as s:
+        assert len(drain(s, 2)) == 2
+        settle(s, 1.5)
+        assert s.watermark is None  # without idleness the empty west split holds it back
+    with builder(streams).set_watermark_strategy(BOUND.with_idleness(1.0)).build().open() as s:
+        assert len(drain(s, 2)) == 2
+        assert wait_for(lambda: s.watermark == BASE + 7000, timeout=10)
+        splits = s.status()["event_time"]["splits"]
+        assert splits[f"{west.cluster_id}/{tw}/0"] == {"watermark": None, "idle": True}
+        # its next record makes it active again; being behind, it is late and the watermark stays
+        produce_at(west, tw, [BASE + 2000])
+        assert len(drain(s, 1)) == 1
+        assert s.watermark == BASE + 7000
+        assert s.status()["event_time"]["splits"][f"{west.cluster_id}/{tw}/0"]["idle"] is False
+
+
+def test_a_removed_cluster_releases_its_watermark_at_once(kafka_clusters: Any) -> None:
+    old, new = kafka_clusters(2)
+    to = old.create_topic("et-migrate", partitions=1)
+    tn = new.create_topic("et-migrate", partitions=1)
+    produce_at(old, to, [BASE + 1000, BASE + 2000])  # the old cluster is behind
+    produce_at(new, tn, [BASE + 50_000, BASE + 60_000])
+    service = InMemoryMetadataService([stream("s", cluster_md(old, to), cluster_md(new, tn))])
+    with builder(service, stream_ids=["s"]).set_watermark_strategy(BOUND).build().open() as s:
+        assert len(drain(s, 4)) == 4
+        assert s.watermark == BASE + 1000
+        service.set_streams([stream("s", cluster_md(new, tn))])  # the migration ends: old is removed
+        # no record is needed: the old split stops holding the watermark with the metadata update
+        assert wait_for(lambda: s.watermark == BASE + 59_000, timeout=10)
+        assert f"{old.cluster_id}/{to}/0" not in s.status()["event_time"]["splits"]
+
+
+def test_a_restore_starts_without_watermarks_and_says_so(
+    kafka_cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = kafka_cluster.create_topic("et-restore", partitions=1)
+    produce_at(kafka_cluster, topic, [BASE + 1000, BASE + 2000])
+    ckpt = str(tmp_path / "ckpt")
+    source = builder([stream("s", cluster_md(kafka_cluster, topic))]).set_watermark_strategy(BOUND).build()
+    with source.open(checkpoint_dir=ckpt) as s:
+        assert len(drain(s, 2)) == 2
+        assert s.watermark == BASE + 1000
+        s.checkpoint()
+    with caplog.at_level(logging.INFO, logger="multicluster_source"), source.open(checkpoint_dir=ckpt) as s:
+        assert s.watermark is None
+        assert any("watermarks are not checkpointed" in r.getMessage() for r in caplog.records)
+        produce_at(kafka_cluster, topic, [BASE + 1500])
+        assert len(drain(s, 1)) == 1
+        assert s.watermark == BASE + 500  # from the records read after the restore only
