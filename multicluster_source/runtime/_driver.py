@@ -31,6 +31,7 @@ from multicluster_source.runtime._messages import (
     WorkerReady,
     WorkerStopped,
 )
+from multicluster_source.runtime._watermarks import RunWatermarks, run_watermarks
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
@@ -92,6 +93,7 @@ class Driver:
         self._closing = False
         self._tracker = PositionTracker()
         self._coordinator: LinkedCoordinator | None = None
+        self._watermarks: RunWatermarks | None = None
         self._coordinator_started = False
         self._topics: TopicTracker | None = None
         self._metrics: SourceMetrics | None = None
@@ -163,6 +165,7 @@ class Driver:
         self._topics = source.create_topic_tracker(self._checkpoint_dir)
         self._topics.start()
         self._coordinator = LinkedCoordinator(self._name, self._n, self._tracker, self._fail, send=self._send)
+        self._watermarks = run_watermarks(source, self._metrics, self._coordinator, restored, self)
         self._links = self._transport.start(self._deliver, self._metrics)
         self._await_ready()
         if self._stop_requested():
@@ -237,6 +240,8 @@ class Driver:
                 continue
             next_check = now + 0.1
             self._check_heartbeats(now)
+            if self._watermarks is not None:
+                self._watermarks.publish()
             if bounded and coordinator.call_sync(enumerator.is_finished):
                 self._finished = True
                 _log.info("source=%s: every split was read to its end and handled", self._name)
@@ -249,6 +254,8 @@ class Driver:
         self._last_seen[index] = time.monotonic()
         if isinstance(message, Delivered):
             self._tracker.advance(message.positions)
+            if message.event_times and self._watermarks is not None:
+                self._watermarks.delivered(message.event_times)
             if message.records:
                 self._records[index] = self._records.get(index, 0) + message.records
                 self._control._records += message.records

@@ -42,6 +42,7 @@ from multicluster_source.runtime._messages import (
     WorkerLink,
     WorkerLog,
 )
+from multicluster_source.runtime._watermarks import worker_event_times
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -259,6 +260,7 @@ def worker_main(
         rack=rack,
         track_topics=source.options.topic_tracking_enable,
         make_records=record_maker(source, metrics, batches),
+        event_times=worker_event_times(source),
     )
     done = threading.Event()
 

@@ -38,6 +38,7 @@ from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory, reader_only_source
 from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink, WorkerStopped
+from multicluster_source.runtime._watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
@@ -86,6 +87,7 @@ class ReaderActor:
             track_topics=source.options.topic_tracking_enable,
             host_name=f"{socket.gethostname()} (ray node {self.node_id[:12]})",
             make_records=record_maker(source, metrics, batches),
+            event_times=worker_event_times(source),
         )
         self._next = 1
         self._held: dict[int, object] = {}

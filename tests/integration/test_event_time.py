@@ -13,8 +13,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from harness.cluster import Cluster
+from harness.event_time import WatermarkSink, records_seen, watermarks_seen
+from harness.runtimes import BackgroundRun
 from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
-from multicluster_source import WatermarkStrategy
+from multicluster_source import RunControl, WatermarkStrategy
 from multicluster_source.testing import InMemoryMetadataService
 
 pytestmark = pytest.mark.integration
@@ -143,3 +145,32 @@ def test_a_restore_starts_without_watermarks_and_says_so(
         produce_at(kafka_cluster, topic, [BASE + 1500])
         assert len(drain(s, 1)) == 1
         assert s.watermark == BASE + 500  # from the records read after the restore only
+
+
+@pytest.mark.parametrize("runtime", ["threads", "processes"])
+def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
+    kafka_clusters: Any, runtime: str, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    te = east.create_topic("et-push", partitions=2)
+    tw = west.create_topic("et-push", partitions=1)
+    produce_at(east, te, [BASE + 1000, BASE + 9000], partition=0)
+    produce_at(east, te, [BASE + 7000, BASE + 3000], partition=1)
+    produce_at(west, tw, [BASE + 4000, BASE + 12_000])
+    streams = [stream("s", cluster_md(east, te), cluster_md(west, tw))]
+    source = builder(streams).set_watermark_strategy(BOUND).build()
+    control = RunControl()
+    out = tmp_path / "out"
+    run = BackgroundRun(source, WatermarkSink(out), 2, runtime=runtime, control=control)
+    try:
+        # east/1 is the slowest split: 7000 - 1000
+        assert wait_for(lambda: control.watermark == BASE + 6000, timeout=60)
+        assert wait_for(lambda: [BASE + 6000] in [w[-1:] for w in watermarks_seen(out)], timeout=10)
+        assert records_seen(out) == 6
+        seen = [w for ws in watermarks_seen(out) for w in ws]
+        assert all(w <= BASE + 6000 for w in seen)  # never ahead of the run's watermark
+        produce_at(east, te, [BASE + 30_000], partition=1)  # now east/0 (9000) is the slowest
+        assert wait_for(lambda: control.watermark == BASE + 8000, timeout=30)
+    finally:
+        control.stop()
+        run.join()
