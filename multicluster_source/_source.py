@@ -23,7 +23,7 @@ from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._interfaces import ReaderContext, SplitEnumeratorContext
 from multicluster_source.framework._options import SourceOptions
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.framework._watermarks import WatermarkStrategy
+from multicluster_source.framework._watermarks import WatermarkStrategy, fetch_event_times
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
 from multicluster_source.ops._topic_stores import (
@@ -215,8 +215,7 @@ class MultiClusterKafkaSource:
             batch_max_records=self.options.reader_batch_max_records,
             metrics=metrics,
             on_topic_read=on_topic_read,
-            event_times=self.watermark_strategy.enabled
-            and self.watermark_strategy.timestamp_assigner is None,
+            event_times=fetch_event_times(self.watermark_strategy),
         )
         settings = ReaderSettings(
             group_id=self.group_id or f"{self.name}-no-group",

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import groupby
-from operator import itemgetter
+from itertools import compress, pairwise
+from operator import ne
 from typing import Any, Final
 
 from confluent_kafka import Message
@@ -31,6 +31,7 @@ __all__ = [
     "WatermarkAlignment",
     "WatermarkStrategy",
     "assigned_event_times",
+    "fetch_event_times",
     "kafka_event_times",
 ]
 
@@ -43,8 +44,6 @@ EventTimes = Mapping[str, tuple[int, int]]
 _timestamp: Final = Message.timestamp
 _partition: Final = Message.partition
 _topic: Final = Message.topic
-_second: Final = itemgetter(1)
-_first: Final = itemgetter(0)
 
 
 def _seconds(where: str, value: object, *, positive: bool) -> float:
@@ -77,6 +76,9 @@ class WatermarkStrategy:
 
     enabled: bool = False
     """False for ``no_watermarks()``: no event time is computed (and nothing costs time)."""
+    monotonous: bool = False
+    """``for_monotonous_timestamps()``: event times never decrease within a split, so only the first and last
+    record of each split in a batch are looked at."""
     out_of_orderness_ms: int = 0
     timestamp_assigner: TimestampAssigner | None = None
     """None: the Kafka timestamp of each record."""
@@ -90,8 +92,11 @@ class WatermarkStrategy:
 
     @staticmethod
     def for_monotonous_timestamps() -> WatermarkStrategy:
-        """Event times never decrease within a split: its watermark is its largest event time."""
-        return WatermarkStrategy(enabled=True)
+        """Event times never decrease within a split: its watermark is its largest event time. The promise is
+        trusted: of each split's records in a fetched batch only the first and the last are looked at (so
+        this strategy costs almost nothing; a record breaking the promise may not move the watermark or be
+        counted late)."""
+        return WatermarkStrategy(enabled=True, monotonous=True)
 
     @staticmethod
     def for_bounded_out_of_orderness(seconds: float) -> WatermarkStrategy:
@@ -143,43 +148,76 @@ class WatermarkStrategy:
         }
 
 
+def fetch_event_times(strategy: WatermarkStrategy) -> str | None:
+    """What fetchers compute of event time for ``strategy``: ``"all"``, ``"ends"`` (monotonous) or None
+    (no strategy, or a timestamp assigner: then event times come from records)."""
+    if not strategy.enabled or strategy.timestamp_assigner is not None:
+        return None
+    return "ends" if strategy.monotonous else "all"
+
+
 def kafka_event_times(
-    cluster_id: str, messages: Sequence[Any], split_ids: Sequence[str] = (), topic: str | None = None
+    cluster_id: str,
+    messages: Sequence[Any],
+    split_ids: Sequence[str] = (),
+    topic: str | None = None,
+    *,
+    ends_only: bool = False,
 ) -> dict[str, tuple[int, int]]:
     """split id -> (smallest, largest) Kafka timestamp of ``messages`` (one cluster's client messages).
 
-    ``split_ids``: the splits the messages belong to, when known (a fetcher's batch: the splits whose
-    position moved); with exactly one, no message is asked for its partition. ``topic``: the only topic of
-    the messages, when known. Messages without a timestamp are left out (their timestamp is negative); a
-    split with none has no entry.
+    ``split_ids``: the one split all messages belong to, when known (no message is asked for its
+    partition). ``topic``: the only topic of the messages, when known. ``ends_only`` (monotonous timestamps):
+    only the first and last message of each run of one split are read. Messages without a timestamp are left
+    out; a split with none has no entry. Everything per message is a C-level ``map``; the runs of one split
+    (the client returns each partition's messages together) are found by comparing neighbours.
     """
-    if not messages:
+    n = len(messages)
+    if not n:
         return {}
-    stamps = list(map(_second, map(_timestamp, messages)))
+    runs: list[tuple[Any, int, int]]
+    keys: list[Any] | None = None
     if len(split_ids) == 1:
-        low, high = min(stamps), max(stamps)
-        if low < 0:
-            present = [s for s in stamps if s >= 0]
-            return {split_ids[0]: (min(present), max(present))} if present else {}
-        return {split_ids[0]: (low, high)}
-    keys: list[Any]
-    if topic is not None:
-        keys = list(map(_partition, messages))
+        runs = [(None, 0, n)]
     else:
-        keys = list(zip(map(_topic, messages), map(_partition, messages), strict=True))
+        if topic is not None:
+            keys = list(map(_partition, messages))
+        else:
+            keys = list(zip(map(_topic, messages), map(_partition, messages), strict=True))
+        if keys.count(keys[0]) == n:
+            runs = [(keys[0], 0, n)]
+        else:
+            cuts = [0, *compress(range(1, n), map(ne, keys[1:], keys[:-1])), n]
+            runs = [(keys[a], a, b) for a, b in pairwise(cuts)]
+    stamps = None if ends_only else list(map(_timestamp, messages))
     out: dict[str, tuple[int, int]] = {}
-    for key, group in groupby(zip(keys, stamps, strict=True), key=_first):
-        values = list(map(_second, group))
-        low, high = min(values), max(values)
-        if low < 0:
-            values = [v for v in values if v >= 0]
-            if not values:
-                continue
-            low = min(values)
-        sid = f"{cluster_id}/{topic}/{key}" if topic is not None else f"{cluster_id}/{key[0]}/{key[1]}"
+    for key, a, b in runs:
+        if stamps is None:
+            low, high = _timestamp(messages[a]), _timestamp(messages[b - 1])
+            if not (low[0] and high[0]):
+                low, high = _present(list(map(_timestamp, messages[a:b])))
+        else:
+            seg = stamps[a:b]
+            low, high = min(seg), max(seg)
+            if not low[0] or low[0] != high[0]:  # a message without timestamp, or two timestamp types
+                low, high = _present(seg)
+        if not low[0]:
+            continue
+        if key is None:
+            sid = split_ids[0]
+        elif topic is not None:
+            sid = f"{cluster_id}/{topic}/{key}"
+        else:
+            sid = f"{cluster_id}/{key[0]}/{key[1]}"
         seen = out.get(sid)
-        out[sid] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
+        out[sid] = (low[1], high[1]) if seen is None else (min(seen[0], low[1]), max(seen[1], high[1]))
     return out
+
+
+def _present(stamps: list[tuple[int, int]]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Smallest and largest of the timestamps that exist (``(0, -1)`` twice when none does)."""
+    times = [t for kind, t in stamps if kind]
+    return ((1, min(times)), (1, max(times))) if times else ((0, -1), (0, -1))
 
 
 def assigned_event_times(records: Sequence[Any], assigner: TimestampAssigner) -> dict[str, list[int]]:

@@ -262,7 +262,7 @@ class ClusterFetcher:
             if self._ctx.is_buffer_full():
                 consumer.pause(consumer.assignment())
                 paused = True
-            times = self._event_times(messages) if self._s.event_times else None
+            times = self._event_times(messages) if self._s.event_times is not None else None
             delivered = self._ctx.emit(
                 RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
             )
@@ -293,7 +293,9 @@ class ClusterFetcher:
         """Per split, the smallest and largest Kafka timestamp of ``messages`` (event time)."""
         one = [self._progress_ids[0]] if len(self._progress_ids) == 1 else ()
         topic = self._topics[0] if len(self._topics) == 1 else None
-        return kafka_event_times(self.cluster_id, messages, one, topic)
+        return kafka_event_times(
+            self.cluster_id, messages, one, topic, ends_only=self._s.event_times == "ends"
+        )
 
     def _on_errors(
         self, errors: list[Any], finished: list[tuple[str, int]], resets: dict[tuple[str, int], int]

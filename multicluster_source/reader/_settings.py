@@ -31,8 +31,9 @@ class FetchSettings:
     lag_interval_s: float = 1.0
     on_topic_read: Callable[[str, str, int], None] | None = None
     """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
-    event_times: bool = False
-    """Compute each batch's Kafka timestamps per split (a watermark strategy without timestamp assigner)."""
+    event_times: str | None = None
+    """Each batch's Kafka timestamps per split (a watermark strategy without timestamp assigner): ``"all"``
+    (every message's) or ``"ends"`` (monotonous: each split's first and last message); None: not computed."""
 
 
 @dataclass(frozen=True)

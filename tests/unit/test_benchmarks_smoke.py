@@ -90,3 +90,22 @@ def test_gap_counts_window_edges() -> None:
     assert seen.max_gap("east", 1.05, 1.15) == pytest.approx(0.05)
     assert seen.max_gap("west", 0.0, 10.0) is None
     assert seen.first_after("east", 1.1) == 1.2
+
+
+def test_watermark_report_formats_made_up_results() -> None:
+    from benchmarks import bench_watermarks
+
+    result = {
+        "throughput": {
+            "records_per_second_median": {"none": 1000.0, "bounded": 900.0, "monotonous": 990.0},
+            "cost": {"bounded": 0.1, "monotonous": 0.01},
+            "watermark_read_us_median": {"none": 1.0, "bounded": 2.0, "monotonous": 2.0},
+        },
+        "propagation": {
+            "delay_ms": {"p50": 1.0, "p99": 5.0, "max": 6.0},
+            "covered": 10,
+            "records_per_second": 1000.0,
+        },
+    }
+    table = bench_watermarks.format_table(result)
+    assert "| bounded | 900 | 10.0 % |" in table and "p99 5.00 ms" in table

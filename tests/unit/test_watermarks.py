@@ -288,3 +288,37 @@ def test_builder_takes_a_strategy_and_refuses_what_it_cannot_do() -> None:
 
 
 NOT_A_STRATEGY: Any = 5.0
+
+
+def test_monotonous_reads_only_the_ends_of_each_run() -> None:
+    messages = [
+        msg("a", 0, 0, 10),
+        msg("a", 0, 1, 99),
+        msg("a", 0, 2, 20),
+        msg("a", 1, 0, 5),
+        msg("a", 0, 3, 30),
+    ]
+    assert kafka_event_times("c", messages, topic="a", ends_only=True) == {"c/a/0": (10, 30), "c/a/1": (5, 5)}
+    assert kafka_event_times("c", messages, topic="a") == {"c/a/0": (10, 99), "c/a/1": (5, 5)}
+    gap = [msg("a", 0, 0, None), msg("a", 0, 1, 4), msg("a", 0, 2, 8)]
+    assert kafka_event_times("c", gap, ["c/a/0"], ends_only=True) == {"c/a/0": (4, 8)}
+    assert WatermarkStrategy.for_monotonous_timestamps().monotonous
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(["a", "b"]), st.one_of(st.none(), st.integers(0, 10**6)))
+    )
+)
+def test_event_times_match_a_plain_computation(rows: list[tuple[int, str, int | None]]) -> None:
+    messages = [msg(t, p, i, ts) for i, (p, t, ts) in enumerate(rows)]
+    expected: dict[str, tuple[int, int]] = {}
+    for p, t, ts in rows:
+        if ts is not None:
+            sid = f"c/{t}/{p}"
+            lo, hi = expected.get(sid, (ts, ts))
+            expected[sid] = (min(lo, ts), max(hi, ts))
+    assert kafka_event_times("c", messages) == expected
+    only_a = [m for m in messages if m.topic() == "a"]
+    assert kafka_event_times("c", only_a, topic="a") == {k: v for k, v in expected.items() if "/a/" in k}
