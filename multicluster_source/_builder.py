@@ -84,17 +84,10 @@ class SourceBuilderBase:
         self._watermark_strategy = WatermarkStrategy.no_watermarks()
 
     def set_watermark_strategy(self, strategy: WatermarkStrategy) -> Self:
-        """Event time and watermarks (``stream.watermark``); default: ``WatermarkStrategy.no_watermarks()``.
-
-        Watermark alignment (``with_alignment``) is not implemented yet and is refused."""
+        """Event time and watermarks (``stream.watermark``); default ``WatermarkStrategy.no_watermarks()``."""
         if not isinstance(strategy, WatermarkStrategy):
             raise ConfigurationError(
                 f"set_watermark_strategy(): needs a WatermarkStrategy, got {type(strategy).__name__}"
-            )
-        if strategy.alignment is not None:
-            raise ConfigurationError(
-                "set_watermark_strategy(): watermark alignment (with_alignment) is not supported yet; "
-                "use a strategy without it"
             )
         self._watermark_strategy = strategy
         return self

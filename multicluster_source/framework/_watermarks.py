@@ -161,7 +161,6 @@ def kafka_event_times(
     messages: Sequence[Any],
     split_ids: Sequence[str] = (),
     topic: str | None = None,
-    *,
     ends_only: bool = False,
 ) -> dict[str, tuple[int, int]]:
     """split id -> (smallest, largest) Kafka timestamp of ``messages`` (one cluster's client messages).

@@ -37,6 +37,7 @@ __all__ = [
     "METADATA_FAILURES",
     "METRIC_NAMES",
     "OFFSET_RESETS",
+    "PAUSED",
     "RECONCILIATIONS",
     "RECORDS",
     "RESTARTS",
@@ -67,8 +68,9 @@ FAILOVERS: Final = "multicluster_source_failovers"
 OFFSET_RESETS: Final = "multicluster_source_offset_resets"
 LATE: Final = "multicluster_source_late_records"
 WATERMARK: Final = "multicluster_source_watermark_ms"
+PAUSED: Final = "multicluster_source_paused_splits"
 #: Gauges whose exported value is the sum of every source's own value.
-_SUMMED: Final = frozenset({SPLITS, ACTIVE})
+_SUMMED: Final = frozenset({SPLITS, ACTIVE, PAUSED})
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,9 @@ _SPECS: Final[dict[str, _Spec]] = {
             "Records returned with an event time at or below the watermark (delivered all the same).",
         ),
         _Spec(WATERMARK, Gauge, (), "The stream's watermark (ms since the epoch), once it has one."),
+        _Spec(
+            PAUSED, Gauge, (), "Splits paused at the client by watermark alignment (ahead of their group)."
+        ),
     )
 }
 

@@ -26,6 +26,7 @@ from multicluster_source.ops._metric_families import (
     LATE,
     METADATA_FAILURES,
     OFFSET_RESETS,
+    PAUSED,
     RECONCILIATIONS,
     RECORDS,
     RESTARTS,
@@ -163,6 +164,10 @@ class SourceMetrics:
         """Show the stream's watermark (the value written last when sources share a registry)."""
         if not self._closed:
             self._shared.gauges[WATERMARK].set(ms)
+
+    def set_paused_splits(self, n: int) -> None:
+        """Show how many splits watermark alignment pauses now (summed over sources sharing a registry)."""
+        self._set_part(PAUSED, (), n)
 
     # ---------------------------------------------------------------------------------------------- removal
 

@@ -27,6 +27,7 @@ from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedEr
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import kafka_event_times
+from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
 
@@ -71,7 +72,8 @@ class ClusterFetcher:
         self._outstanding: set[str] = set()
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
-        self._progress_ids: list[str] = []
+        self._split_hint: tuple[Any, ...] = ([], None, False)  # arguments of kafka_event_times
+        self._pauses = AlignmentPauses(cluster_id)
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_topics: set[str] = set()
@@ -92,6 +94,10 @@ class ClusterFetcher:
         with self._lock:
             self._outstanding |= {s.split_id for s in splits}
         self._commands.put(("add", list(splits)))
+
+    def hold(self, split_ids: frozenset[str]) -> None:
+        """Watermark alignment: pause these splits (of any cluster) at the client, resume the others."""
+        self._commands.put(("hold", split_ids))
 
     def remove_topics(self, topics: Iterable[str]) -> None:
         """Stop reading every split of these topics (their metric label sets go with them)."""
@@ -211,6 +217,8 @@ class ClusterFetcher:
                     )
                 if done:
                     self._finish(done)
+            elif kind == "hold":
+                self._pauses.wanted = arg
             elif kind == "remove":
                 gone = [tp for tp in self._progress if tp[0] in arg]
                 if gone:
@@ -222,6 +230,7 @@ class ClusterFetcher:
                     self._s.metrics.remove_topic(self.cluster_id, topic)
         if changed:
             self._progress_changed()
+            self._pauses.apply(consumer, self._progress)
 
     def _learn_topics(self, consumer: Any, topics: set[str]) -> None:
         """Ask for the metadata of topics this consumer has not read yet, before assigning them: librdkafka
@@ -241,9 +250,11 @@ class ClusterFetcher:
 
         progress = self._progress
         self._split_ids = frozenset(p.split_id for p in progress.values())
-        self._progress_ids = [p.split_id for p in progress.values()]
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
+        one = [p.split_id for p in progress.values()] if len(progress) == 1 else []
+        topic = self._topics[0] if len(self._topics) == 1 else None
+        self._split_hint = (one, topic, self._s.event_times == "ends")
 
     def _handle(self, consumer: Any, messages: list[Any]) -> None:
         """One ``consume()`` result: hand its messages on with the positions they reach (fetch thread)."""
@@ -258,16 +269,17 @@ class ClusterFetcher:
         if messages:
             messages = self._advance(consumer, messages, positions, moved, finished)
         if messages or positions:
-            paused = False
-            if self._ctx.is_buffer_full():
+            paused = self._ctx.is_buffer_full()
+            if paused:
                 consumer.pause(consumer.assignment())
-                paused = True
-            times = self._event_times(messages) if self._s.event_times is not None else None
+            times = None
+            if self._s.event_times is not None:  # a watermark strategy: event times per split
+                times = kafka_event_times(self.cluster_id, messages, *self._split_hint)
             delivered = self._ctx.emit(
                 RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
             )
             if paused:
-                consumer.resume(consumer.assignment())
+                self._pauses.resume_others(consumer)
             if not delivered:
                 return  # stopping: positions stay where the last handed-on batch left them
             for prog in moved:
@@ -288,14 +300,6 @@ class ClusterFetcher:
             finished.extend(outcome.finished)
         if finished:
             self._drop_finished(consumer, finished)
-
-    def _event_times(self, messages: list[Any]) -> dict[str, tuple[int, int]]:
-        """Per split, the smallest and largest Kafka timestamp of ``messages`` (event time)."""
-        one = [self._progress_ids[0]] if len(self._progress_ids) == 1 else ()
-        topic = self._topics[0] if len(self._topics) == 1 else None
-        return kafka_event_times(
-            self.cluster_id, messages, one, topic, ends_only=self._s.event_times == "ends"
-        )
 
     def _on_errors(
         self, errors: list[Any], finished: list[tuple[str, int]], resets: dict[tuple[str, int], int]

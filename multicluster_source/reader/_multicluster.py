@@ -19,6 +19,7 @@ from multicluster_source.framework._events import (
     MetadataUpdateEvent,
     SourceEvent,
     SplitsFinishedEvent,
+    SplitsPausedEvent,
     StandbySplitsEvent,
 )
 from multicluster_source.framework._interfaces import ReaderContext
@@ -72,6 +73,7 @@ class MultiClusterReader:
         self._standby: dict[str, KafkaPartitionSplit] = {}
         self._warm: dict[str, Any] = {}
         self._stats: dict[str, FetchBrokerStats] = {}
+        self._held: frozenset[str] = frozenset()  # watermark alignment: splits to pause
 
     @property
     def index(self) -> int:
@@ -151,6 +153,8 @@ class MultiClusterReader:
         cid = cluster.cluster_id
         conf = self._client_conf(cluster)
         fetcher = ClusterFetcher(cid, conf, self._s.fetch, self._ctx, self._finished_q.put, consumer=warm)
+        if self._held:
+            fetcher.hold(self._held)
         fetcher.start()
         return fetcher
 
@@ -194,6 +198,11 @@ class MultiClusterReader:
         """Follow a metadata update: touch only the clusters that changed."""
         if isinstance(event, StandbySplitsEvent):
             self._set_standby(event.splits)
+            return
+        if isinstance(event, SplitsPausedEvent):
+            self._held = event.split_ids
+            for fetcher in self._fetchers.values():
+                fetcher.hold(self._held)
             return
         if not isinstance(event, MetadataUpdateEvent):
             _log.warning("reader=%d: unknown event %r", self.index, event)

@@ -38,6 +38,7 @@ from multicluster_source.framework._watermarks import (
 )
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime._alignment import Aligner
 from multicluster_source.runtime._messages import WatermarkAdvanced
 
 _log = logging.getLogger("multicluster_source")
@@ -119,6 +120,20 @@ class WatermarkCombiner:
             self._value = lowest
         return self._value
 
+    def ahead(self, drift_ms: int, now: float) -> frozenset[str]:
+        """Splits whose watermark is more than ``drift_ms`` above the group's: the minimum over the active,
+        non-idle splits. An active split without a watermark yet holds the group at its start (every split
+        with a watermark is ahead of it), as it holds the stream's watermark back."""
+        active = [s.watermark for s in self._splits.values() if not self._idle(s, now)]
+        if not active:
+            return frozenset()
+        if None in active:
+            return frozenset(sid for sid, s in self._splits.items() if s.watermark is not None)
+        limit = min(w for w in active if w is not None) + drift_ms
+        return frozenset(
+            sid for sid, s in self._splits.items() if s.watermark is not None and s.watermark > limit
+        )
+
     def splits(self, now: float) -> dict[str, dict[str, Any]]:
         """split id -> ``{"watermark": ms | None, "idle": bool}`` (JSON-ready)."""
         return {
@@ -147,6 +162,7 @@ class WatermarkTracker:
         self._combiner = WatermarkCombiner(strategy.idleness_s)
         self._published: int | None = None
         self._version = -1
+        self._held: frozenset[str] = frozenset()
 
     @property
     def enabled(self) -> bool:
@@ -240,14 +256,26 @@ class WatermarkTracker:
         self._publish(value)
         return value
 
+    def hold_ahead(self, drift_ms: int) -> frozenset[str]:
+        """Watermark alignment: the splits to hold now (see :meth:`WatermarkCombiner.ahead`)."""
+        with self._lock:
+            held = self._combiner.ahead(drift_ms, self._clock())
+            changed = held != self._held
+            self._held = held
+        if changed:
+            self._metrics.set_paused_splits(len(held))
+        return held
+
     def status(self) -> dict[str, Any]:
-        """JSON-ready: the strategy, the watermark, and each split's watermark and idleness."""
+        """JSON-ready: the strategy, the watermark, each split's watermark and idleness, and the splits
+        watermark alignment holds."""
         with self._lock:
             now = self._clock()
             return {
                 "strategy": self.strategy.describe(),
                 "watermark": self._combiner.compute(now),
                 "splits": self._combiner.splits(now),
+                "paused": sorted(self._held),
             }
 
     def _publish(self, value: int | None) -> None:
@@ -303,6 +331,8 @@ def stream_watermarks(
     tracker = WatermarkTracker(strategy_of(source), metrics, make_records)
     if tracker.enabled:
         coordinator.watermarks = tracker
+        if tracker.strategy.alignment is not None:
+            Aligner(tracker, coordinator, tracker.strategy.alignment, getattr(source, "name", "?")).start()
         if restored is not None:
             _log.info(
                 "source=%s: restored; watermarks are not checkpointed, so every split starts without one and "

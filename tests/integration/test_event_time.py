@@ -190,3 +190,55 @@ def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
     finally:
         control.stop()
         run.join()
+
+
+def test_alignment_holds_the_live_cluster_while_the_new_one_reads_its_backlog(
+    kafka_clusters: Any,
+) -> None:
+    new, old = kafka_clusters(2)
+    tn = new.create_topic("et-align", partitions=1)
+    to = old.create_topic("et-align", partitions=1)
+    backlog, live = 20_000, 5_000
+    produce_at(new, tn, [BASE + i * 10 for i in range(backlog)])  # 200 s of event time, an hour old
+    produce_at(old, to, [BASE + 3_000_000 + i * 10 for i in range(live)])  # 50 minutes later
+    strategy = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_idleness(2.0)
+        .with_alignment("orders", max_drift=30.0, update_interval=0.05)
+    )
+    registry = CollectorRegistry()
+    source = (
+        builder([stream("s", cluster_md(new, tn), cluster_md(old, to))])
+        .set_watermark_strategy(strategy)
+        .set_property("reader.batch.max.records", "200")
+        .set_property("reader.buffer.max.batches", "2")
+        .build()
+    )
+    live_split = f"{old.cluster_id}/{to}/0"
+    got: dict[str, list[int]] = {new.cluster_id: [], old.cluster_id: []}
+    live_before_backlog_done = 0
+    held_seen: set[str] = set()
+    paused_metric = 0.0
+    with source.open(parallelism=2, registry=registry) as s:
+        deadline = time.monotonic() + 120
+        next_look = 0.0
+        while sum(map(len, got.values())) < backlog + live and time.monotonic() < deadline:
+            for r in s.poll(timeout=0.2, max_records=500):
+                got[r.cluster_id].append(r.offset)
+                if r.cluster_id == old.cluster_id and len(got[new.cluster_id]) < backlog:
+                    live_before_backlog_done += 1
+            if time.monotonic() >= next_look and len(got[new.cluster_id]) < backlog:
+                next_look = time.monotonic() + 0.2
+                held_seen |= set(s.status()["event_time"]["paused"])
+                paused_metric = max(
+                    paused_metric, registry.get_sample_value("multicluster_source_paused_splits") or 0.0
+                )
+        final_paused = s.status()["event_time"]["paused"]
+    # everything arrives, once, after the backlog split went idle and let the live cluster go
+    assert sorted(got[new.cluster_id]) == list(range(backlog))
+    assert sorted(got[old.cluster_id]) == list(range(live))
+    assert held_seen == {live_split} and paused_metric == 1.0 and final_paused == []
+    # while the backlog was read, the live cluster was held
+    # (unaligned, all of it comes first: it is small and its records are ready at once); what gets through is
+    # what was fetched in the first alignment interval, before the first hold reached the fetcher
+    assert live_before_backlog_done <= live // 2, live_before_backlog_done

@@ -266,7 +266,7 @@ def test_no_watermarks_keeps_stream_watermark_none() -> None:
     assert not tracker.enabled and tracker.watermark is None
 
 
-def test_builder_takes_a_strategy_and_refuses_what_it_cannot_do() -> None:
+def test_builder_takes_a_strategy_and_names_a_wrong_one() -> None:
     from multicluster_source import MultiClusterKafkaSource, StaticMetadataService
 
     def builder() -> Any:
@@ -283,8 +283,8 @@ def test_builder_takes_a_strategy_and_refuses_what_it_cannot_do() -> None:
         ConfigurationError, match="set_watermark_strategy\\(\\): needs a WatermarkStrategy, got float"
     ):
         builder().set_watermark_strategy(NOT_A_STRATEGY)
-    with pytest.raises(ConfigurationError, match="alignment"):
-        builder().set_watermark_strategy(strategy.with_alignment("g", 60.0))
+    aligned = strategy.with_alignment("g", 60.0)
+    assert builder().set_watermark_strategy(aligned).build().watermark_strategy.alignment is not None
 
 
 NOT_A_STRATEGY: Any = 5.0
@@ -322,3 +322,20 @@ def test_event_times_match_a_plain_computation(rows: list[tuple[int, str, int | 
     assert kafka_event_times("c", messages) == expected
     only_a = [m for m in messages if m.topic() == "a"]
     assert kafka_event_times("c", only_a, topic="a") == {k: v for k, v in expected.items() if "/a/" in k}
+
+
+def test_alignment_holds_splits_ahead_of_the_group_and_lets_go_when_behind_ones_idle() -> None:
+    c = WatermarkCombiner(idleness_s=5.0)
+    for sid in ("old/t/0", "new/t/0", "fresh/t/0"):
+        c.add(sid, 0.0)
+    assert c.ahead(1000, 0.0) == frozenset()  # nothing has a watermark yet
+    c.advance("old/t/0", 100_000, 1.0)  # live cluster, far ahead
+    c.advance("new/t/0", 10_000, 1.0)  # backlog
+    assert c.ahead(60_000, 1.0) == {"old/t/0", "new/t/0"}  # fresh/t/0 has none yet: it holds the group
+    c.release("fresh/t/0")
+    assert c.ahead(60_000, 1.0) == {"old/t/0"}
+    c.advance("new/t/0", 40_000, 2.0)
+    assert c.ahead(60_000, 2.0) == frozenset()  # caught up within the drift
+    c.advance("old/t/0", 200_000, 3.0)
+    assert c.ahead(60_000, 3.0) == {"old/t/0"}
+    assert c.ahead(60_000, 7.5) == frozenset()  # the backlog split went idle: it no longer holds the group

@@ -28,6 +28,7 @@ CONTRACT = {
     # API.md section 8
     "multicluster_source_late_records_total": ("counter", ("cluster", "topic")),
     "multicluster_source_watermark_ms": ("gauge", ()),
+    "multicluster_source_paused_splits": ("gauge", ()),
 }
 
 
@@ -56,6 +57,7 @@ def exercise(m: SourceMetrics, cluster: str = "east", topic: str = "orders") -> 
     m.offset_reset(cluster, topic)
     m.late_records(cluster, topic, 2)
     m.set_watermark(1_700_000_000_000)
+    m.set_paused_splits(1)
 
 
 def source_samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:
