@@ -316,3 +316,9 @@ def test_lag_rows_ignore_other_metrics() -> None:
         "e", "t", "0"
     ).inc()
     assert lag_rows(registry, {"e": ["t"]}) == []
+
+
+def test_page_shows_the_watermark_and_the_splits_alignment_pauses() -> None:
+    status = {"source": "s", "event_time": {"watermark": 1700000000000, "paused": ["old/orders/0"]}}
+    page = render_status_page([status])
+    assert "1700000000000" in page and "paused by watermark alignment" in page and "old/orders/0" in page
