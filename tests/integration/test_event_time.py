@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,50 @@ def test_alignment_holds_the_live_cluster_while_the_new_one_reads_its_backlog(
     # (unaligned, all of it comes first: it is small and its records are ready at once); what gets through is
     # what was fetched in the first alignment interval, before the first hold reached the fetcher
     assert live_before_backlog_done <= live // 2, live_before_backlog_done
+
+
+class _Order:
+    """A thread-safe handler noting the cluster of every record, in the order handled."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clusters: list[str] = []
+
+    def __call__(self, records: Any) -> None:
+        with self.lock:
+            self.clusters.extend(r.cluster_id for r in records)
+
+
+def test_alignment_on_the_push_api(kafka_clusters: Any) -> None:
+    new, old = kafka_clusters(2)
+    tn = new.create_topic("et-align-push", partitions=1)
+    to = old.create_topic("et-align-push", partitions=1)
+    backlog, live = 20_000, 5_000
+    produce_at(new, tn, [BASE + i * 10 for i in range(backlog)])
+    produce_at(old, to, [BASE + 3_000_000 + i * 10 for i in range(live)])
+    strategy = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_idleness(2.0)
+        .with_alignment("orders", max_drift=30.0, update_interval=0.05)
+    )
+    source = (
+        builder([stream("s", cluster_md(new, tn), cluster_md(old, to))])
+        .set_watermark_strategy(strategy)
+        .set_property("reader.batch.max.records", "200")
+        .set_property("reader.buffer.max.batches", "2")
+        .build()
+    )
+    order, control, registry = _Order(), RunControl(), CollectorRegistry()
+    run = BackgroundRun(source, order, 2, control=control, registry=registry)
+    paused = 0.0
+    try:
+        deadline = time.monotonic() + 120
+        while len(order.clusters) < backlog + live and time.monotonic() < deadline:
+            paused = max(paused, registry.get_sample_value("multicluster_source_paused_splits") or 0.0)
+            time.sleep(0.05)
+    finally:
+        control.stop()
+        run.join()
+    assert len(order.clusters) == backlog + live and paused == 1.0
+    last_backlog = max(i for i, c in enumerate(order.clusters) if c == new.cluster_id)
+    assert order.clusters[:last_backlog].count(old.cluster_id) <= live // 2
