@@ -15,6 +15,14 @@
     delay there is zero by construction (``stream.watermark`` read right after each call already covers it;
     the time of that read is reported).
 
+``alignment``
+    A migration on two clusters: the new one reads a backlog of 50k records 10 ms of event time apart, the
+    live one 10k records 100 ms apart from the same start, so read at the same pace the live side races
+    ahead in event time; ``for_monotonous_timestamps().with_idleness(2).with_alignment(max_drift=30)``
+    (checked every 50 ms), fetch batches of 200 records (20 s of the live side's event time). After every
+    ``poll`` the drift is the largest split watermark minus the smallest, from ``status()["event_time"]``;
+    reported: its largest value while the backlog was read, and how many live records came meanwhile.
+
 Nothing here asserts on speed. Run: ``python benchmarks/bench_watermarks.py [--records N] [--repeats 3]``.
 """
 
@@ -162,6 +170,74 @@ def propagation(cluster: Cluster, topic: str, n: int) -> dict[str, Any]:
     }
 
 
+def _produce_at(cluster: Cluster, topic: str, stamps: Sequence[int]) -> None:
+    producer = cluster.producer(**{"linger.ms": 20})
+    for i, ts in enumerate(stamps):
+        while True:
+            try:
+                producer.produce(topic, value=b"%d" % i, partition=0, timestamp=ts)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)
+
+
+def alignment(new: Cluster, old: Cluster, backlog: int = 50_000, live: int = 10_000) -> dict[str, Any]:
+    base = (int(time.time()) // 60 - 60) * 60_000
+    tn, to = new.create_topic("bench-align", 1), old.create_topic("bench-align", 1)
+    _produce_at(new, tn, [base + i * 10 for i in range(backlog)])
+    _produce_at(old, to, [base + i * 100 for i in range(live)])
+    strategy = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_idleness(2.0)
+        .with_alignment("orders", max_drift=30.0, update_interval=0.05)
+    )
+    streams = [
+        KafkaStream(
+            "s",
+            {
+                c.cluster_id: ClusterMetadata(c.cluster_id, c.bootstrap_servers, frozenset({t}))
+                for c, t in ((new, tn), (old, to))
+            },
+        )
+    ]
+    source = (
+        MultiClusterKafkaSource.builder()
+        .set_kafka_metadata_service(StaticMetadataService(streams))
+        .set_stream_ids(["s"])
+        .set_group_id(f"bench-align-{uuid.uuid4().hex[:8]}")
+        .set_watermark_strategy(strategy)
+        .set_property("reader.batch.max.records", "200")
+        .set_property("reader.buffer.max.batches", "2")
+        .build()
+    )
+    got = {new.cluster_id: 0, old.cluster_id: 0}
+    live_early = 0
+    drifts: list[float] = []
+    with source.open(parallelism=2, registry=CollectorRegistry()) as stream:
+        deadline = time.monotonic() + 300
+        while sum(got.values()) < backlog + live and time.monotonic() < deadline:
+            for r in stream.poll(timeout=0.2, max_records=500):
+                got[r.cluster_id] += 1
+                if r.cluster_id == old.cluster_id and got[new.cluster_id] < backlog:
+                    live_early += 1
+            if got[new.cluster_id] >= backlog:
+                continue
+            marks = [s["watermark"] for s in stream.status()["event_time"]["splits"].values()]
+            if len(marks) == 2 and None not in marks:
+                drifts.append((max(marks) - min(marks)) / 1000)
+    return {
+        "backlog": backlog,
+        "live": live,
+        "max_drift_s": 30.0,
+        "fetch_batch_event_time_s": 200 * 0.100,
+        "observed_max_drift_s": max(drifts) if drifts else None,
+        "samples": len(drifts),
+        "live_records_before_backlog_done": live_early,
+        "all_arrived": sum(got.values()) == backlog + live,
+    }
+
+
 def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, Any]:
     cluster = clusters[0]
     data = produce_records(cluster, records)
@@ -184,6 +260,7 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
             "watermark_read_us_median": reads,
         },
         "propagation": prop,
+        "alignment": alignment(clusters[0], clusters[1]),
     }
 
 
@@ -203,6 +280,16 @@ def format_table(result: dict[str, Any]) -> str:
         f"p99 {p['delay_ms']['p99']:.2f} ms, max {p['delay_ms']['max']:.2f} ms over {p['covered']} batches "
         f"at {p['records_per_second']:,.0f} records/s"
     )
+    a = result.get("alignment")
+    if a:
+        drift = a["observed_max_drift_s"]
+        lines.append(
+            f"alignment (max_drift {a['max_drift_s']:.0f} s, one fetch batch = "
+            f"{a['fetch_batch_event_time_s']:.1f} s of event time): largest drift while the backlog was read "
+            f"{'-' if drift is None else f'{drift:.1f} s'} over {a['samples']} samples; "
+            f"{a['live_records_before_backlog_done']} of {a['live']} live records came before the "
+            f"{a['backlog']}-record backlog was read; all arrived: {a['all_arrived']}"
+        )
     return "\n".join(lines)
 
 
@@ -212,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=DEFAULT_RECORDS)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    with started_clusters(args.brokers, 1) as clusters:
+    with started_clusters(args.brokers, 2) as clusters:
         result = run(clusters, args.records, args.repeats)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "watermarks.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -216,6 +216,7 @@ class MultiClusterKafkaSource:
             metrics=metrics,
             on_topic_read=on_topic_read,
             event_times=fetch_event_times(self.watermark_strategy),
+            watermark_bound_ms=self.watermark_strategy.out_of_orderness_ms,
         )
         settings = ReaderSettings(
             group_id=self.group_id or f"{self.name}-no-group",

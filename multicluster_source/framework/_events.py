@@ -83,3 +83,6 @@ class SplitsPausedEvent(SourceEvent):
     later is paused as it is assigned."""
 
     split_ids: frozenset[str] = field(default_factory=frozenset)
+    limit_ms: int | None = None
+    """The group's watermark plus the allowed drift: a fetcher also pauses a split whose fetched records
+    take its watermark past it, without waiting for the next set (None: no limit known)."""

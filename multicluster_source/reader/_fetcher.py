@@ -73,7 +73,7 @@ class ClusterFetcher:
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
         self._split_hint: tuple[Any, ...] = ([], None, False)  # arguments of kafka_event_times
-        self._pauses = AlignmentPauses(cluster_id)
+        self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms)
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_topics: set[str] = set()
@@ -95,9 +95,10 @@ class ClusterFetcher:
             self._outstanding |= {s.split_id for s in splits}
         self._commands.put(("add", list(splits)))
 
-    def hold(self, split_ids: frozenset[str]) -> None:
-        """Watermark alignment: pause these splits (of any cluster) at the client, resume the others."""
-        self._commands.put(("hold", split_ids))
+    def hold(self, split_ids: frozenset[str], limit: int | None) -> None:
+        """Watermark alignment: pause these splits (of any cluster) at the client and those fetched past
+        ``limit``; resume the others."""
+        self._commands.put(("hold", (split_ids, limit)))
 
     def remove_topics(self, topics: Iterable[str]) -> None:
         """Stop reading every split of these topics (their metric label sets go with them)."""
@@ -218,7 +219,7 @@ class ClusterFetcher:
                 if done:
                     self._finish(done)
             elif kind == "hold":
-                self._pauses.wanted = arg
+                self._pauses.want(*arg)
             elif kind == "remove":
                 gone = [tp for tp in self._progress if tp[0] in arg]
                 if gone:
@@ -275,6 +276,7 @@ class ClusterFetcher:
             times = None
             if self._s.event_times is not None:  # a watermark strategy: event times per split
                 times = kafka_event_times(self.cluster_id, messages, *self._split_hint)
+                self._pauses.fetched(consumer, times, self._progress)
             delivered = self._ctx.emit(
                 RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
             )

@@ -18,16 +18,43 @@ _log = logging.getLogger("multicluster_source.reader")
 class AlignmentPauses:
     """What alignment holds of one consumer's partitions: wanted split ids, applied ``(topic, partition)``."""
 
-    def __init__(self, cluster_id: str) -> None:
+    def __init__(self, cluster_id: str, bound_ms: int = 0) -> None:
         self._cluster_id = cluster_id
+        self._bound_ms = bound_ms
         self.wanted: frozenset[str] = frozenset()
+        self.limit: int | None = None
         self.applied: set[tuple[str, int]] = set()
+        self._fetched: dict[str, int] = {}  # split id -> watermark of what was fetched (not yet returned)
+
+    def want(self, split_ids: frozenset[str], limit: int | None) -> None:
+        """The coordinator's latest wish (applied with :meth:`apply`)."""
+        self.wanted, self.limit = split_ids, limit
+
+    def fetched(
+        self, consumer: Any, times: Mapping[str, tuple[int, int]], progress: Mapping[Any, Any]
+    ) -> None:
+        """A batch was fetched: pause at once a split it took past the limit."""
+        fetched, bound = self._fetched, self._bound_ms
+        over = False
+        for sid, (_low, high) in times.items():
+            mark = high - bound
+            if mark > fetched.get(sid, mark - 1):
+                fetched[sid] = mark
+            over = over or (self.limit is not None and mark > self.limit)
+        if over:
+            self.apply(consumer, progress)
 
     def apply(self, consumer: Any, progress: Mapping[tuple[str, int], Any]) -> None:
-        """Pause the wanted partitions this consumer reads and resume the others it paused before."""
+        """Pause the wanted partitions this consumer reads (and those fetched past the limit); resume the
+        others it paused before."""
         from confluent_kafka import TopicPartition
 
-        want = {tp for tp, p in progress.items() if p.split_id in self.wanted}
+        limit, fetched = self.limit, self._fetched
+        want = {
+            tp
+            for tp, p in progress.items()
+            if p.split_id in self.wanted or (limit is not None and fetched.get(p.split_id, limit) > limit)
+        }
         gone = self.applied - set(progress)
         to_pause = want - self.applied
         to_resume = (self.applied - want) - gone
@@ -44,6 +71,8 @@ class AlignmentPauses:
                 len(to_resume),
             )
         self.applied = want
+        ids = {p.split_id for p in progress.values()}
+        self._fetched = {sid: mark for sid, mark in fetched.items() if sid in ids}
 
     def resume_others(self, consumer: Any) -> None:
         """After a back-pressure pause of every partition: resume all but those alignment holds."""

@@ -3,8 +3,10 @@
 :class:`Aligner` runs on the coordinator thread (the enumerator's mailbox) every ``update_interval``
 seconds: it asks the watermark tracker which splits' watermarks are more than ``max_drift`` ahead of the
 group's (the minimum over the active, non-idle splits with a watermark) and, when that set changed, sends it
-to every reader as a :class:`~multicluster_source.framework._events.SplitsPausedEvent`. Readers pause those
-splits at the client (``Consumer.pause``: neither fetching nor memory grows) and resume the others. One
+to every reader as a :class:`~multicluster_source.framework._events.SplitsPausedEvent`, with the limit (the
+group's watermark plus the drift). Readers pause those splits at the client (``Consumer.pause``: neither
+fetching nor memory grows) and resume the others; between two checks a fetcher also pauses a split as soon
+as a batch it fetched takes the split past the limit, so a split overshoots by one fetch batch at most. One
 source is one alignment group: its splits on every cluster and reader. Idle splits do not hold the group
 back, so a held split is let go when the splits behind it stop receiving records.
 """
@@ -33,23 +35,25 @@ class Aligner:
         self._group = alignment.group
         self._name = source_name
         self._held: frozenset[str] = frozenset()
+        self._limit: int | None = None
 
     def start(self) -> None:
         """Schedule the first check (from any thread; it runs once the coordinator runs)."""
         self._coordinator.run_in_coordinator(self._tick, delay=self._interval)
 
     def _tick(self) -> None:
-        held = self._tracker.hold_ahead(self._drift_ms)
-        if held != self._held:
-            _log.info(
-                "source=%s group=%s: watermark alignment holds %d splits (%d released)",
-                self._name,
-                self._group,
-                len(held),
-                len(self._held - held),
-            )
-            self._held = held
-            event = SplitsPausedEvent(held)
+        held, limit = self._tracker.hold_ahead(self._drift_ms)
+        if held != self._held or limit != self._limit:
+            if held != self._held:
+                _log.info(
+                    "source=%s group=%s: watermark alignment holds %d splits (%d released)",
+                    self._name,
+                    self._group,
+                    len(held),
+                    len(self._held - held),
+                )
+            self._held, self._limit = held, limit
+            event = SplitsPausedEvent(held, limit)
             for reader in range(self._coordinator.parallelism):
                 self._coordinator.send_event_to_reader(reader, event)
         self._coordinator.run_in_coordinator(self._tick, delay=self._interval)

@@ -120,19 +120,21 @@ class WatermarkCombiner:
             self._value = lowest
         return self._value
 
-    def ahead(self, drift_ms: int, now: float) -> frozenset[str]:
-        """Splits whose watermark is more than ``drift_ms`` above the group's: the minimum over the active,
-        non-idle splits. An active split without a watermark yet holds the group at its start (every split
-        with a watermark is ahead of it), as it holds the stream's watermark back."""
+    def ahead(self, drift_ms: int, now: float) -> tuple[frozenset[str], int | None]:
+        """Splits whose watermark is more than ``drift_ms`` above the group's (the minimum over the active,
+        non-idle splits), and that limit (group + drift; None when there is no group). An active split
+        without a watermark yet holds the group at its start: every split with a watermark is ahead of it,
+        as it holds the stream's watermark back."""
         active = [s.watermark for s in self._splits.values() if not self._idle(s, now)]
         if not active:
-            return frozenset()
+            return frozenset(), None
         if None in active:
-            return frozenset(sid for sid, s in self._splits.items() if s.watermark is not None)
+            return frozenset(sid for sid, s in self._splits.items() if s.watermark is not None), None
         limit = min(w for w in active if w is not None) + drift_ms
-        return frozenset(
+        held = frozenset(
             sid for sid, s in self._splits.items() if s.watermark is not None and s.watermark > limit
         )
+        return held, limit
 
     def splits(self, now: float) -> dict[str, dict[str, Any]]:
         """split id -> ``{"watermark": ms | None, "idle": bool}`` (JSON-ready)."""
@@ -256,15 +258,15 @@ class WatermarkTracker:
         self._publish(value)
         return value
 
-    def hold_ahead(self, drift_ms: int) -> frozenset[str]:
-        """Watermark alignment: the splits to hold now (see :meth:`WatermarkCombiner.ahead`)."""
+    def hold_ahead(self, drift_ms: int) -> tuple[frozenset[str], int | None]:
+        """Watermark alignment: the splits to hold now and the limit (see :meth:`WatermarkCombiner.ahead`)."""
         with self._lock:
-            held = self._combiner.ahead(drift_ms, self._clock())
+            held, limit = self._combiner.ahead(drift_ms, self._clock())
             changed = held != self._held
             self._held = held
         if changed:
             self._metrics.set_paused_splits(len(held))
-        return held
+        return held, limit
 
     def status(self) -> dict[str, Any]:
         """JSON-ready: the strategy, the watermark, each split's watermark and idleness, and the splits

@@ -328,14 +328,53 @@ def test_alignment_holds_splits_ahead_of_the_group_and_lets_go_when_behind_ones_
     c = WatermarkCombiner(idleness_s=5.0)
     for sid in ("old/t/0", "new/t/0", "fresh/t/0"):
         c.add(sid, 0.0)
-    assert c.ahead(1000, 0.0) == frozenset()  # nothing has a watermark yet
+    assert c.ahead(1000, 0.0) == (frozenset(), None)  # nothing has a watermark yet
     c.advance("old/t/0", 100_000, 1.0)  # live cluster, far ahead
     c.advance("new/t/0", 10_000, 1.0)  # backlog
-    assert c.ahead(60_000, 1.0) == {"old/t/0", "new/t/0"}  # fresh/t/0 has none yet: it holds the group
+    assert c.ahead(60_000, 1.0) == (
+        frozenset({"old/t/0", "new/t/0"}),
+        None,
+    )  # fresh/t/0 has none: it holds the group
     c.release("fresh/t/0")
-    assert c.ahead(60_000, 1.0) == {"old/t/0"}
+    assert c.ahead(60_000, 1.0) == (frozenset({"old/t/0"}), 70_000)
     c.advance("new/t/0", 40_000, 2.0)
-    assert c.ahead(60_000, 2.0) == frozenset()  # caught up within the drift
+    assert c.ahead(60_000, 2.0) == (frozenset(), 100_000)  # caught up within the drift
     c.advance("old/t/0", 200_000, 3.0)
-    assert c.ahead(60_000, 3.0) == {"old/t/0"}
-    assert c.ahead(60_000, 7.5) == frozenset()  # the backlog split went idle: it no longer holds the group
+    assert c.ahead(60_000, 3.0) == (frozenset({"old/t/0"}), 100_000)
+    assert c.ahead(60_000, 7.5) == (frozenset(), 260_000)  # the backlog split went idle: alone, old leads
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.paused: set[tuple[str, int]] = set()
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in tps}
+
+    def resume(self, tps: list[Any]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in tps}
+
+    def assignment(self) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition("t", p) for p in (0, 1)]
+
+
+def test_a_fetcher_pauses_a_split_fetched_past_the_limit_at_once() -> None:
+    from types import SimpleNamespace
+
+    from multicluster_source.reader._pauses import AlignmentPauses
+
+    progress = {("t", 0): SimpleNamespace(split_id="c/t/0"), ("t", 1): SimpleNamespace(split_id="c/t/1")}
+    consumer = FakeConsumer()
+    pauses = AlignmentPauses("c", bound_ms=100)
+    pauses.want(frozenset(), 1000)
+    pauses.apply(consumer, progress)
+    pauses.fetched(consumer, {"c/t/0": (0, 1100), "c/t/1": (0, 1101)}, progress)  # watermarks 1000, 1001
+    assert consumer.paused == {("t", 1)}
+    consumer.pause(consumer.assignment())  # back-pressure: everything paused ...
+    pauses.resume_others(consumer)  # ... and resumed, but the held one stays paused
+    assert consumer.paused == {("t", 1)}
+    pauses.want(frozenset({"c/t/0"}), 5000)  # the group moved on; the coordinator holds another split
+    pauses.apply(consumer, progress)
+    assert consumer.paused == {("t", 0)}
