@@ -217,6 +217,8 @@ class MultiClusterKafkaSource:
             on_topic_read=on_topic_read,
             event_times=fetch_event_times(self.watermark_strategy),
             watermark_bound_ms=self.watermark_strategy.out_of_orderness_ms,
+            aligned=self.watermark_strategy.alignment is not None
+            and fetch_event_times(self.watermark_strategy) is not None,
         )
         settings = ReaderSettings(
             group_id=self.group_id or f"{self.name}-no-group",

@@ -73,7 +73,7 @@ class ClusterFetcher:
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
         self._split_hint: tuple[Any, ...] = ([], None, False)  # arguments of kafka_event_times
-        self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms)
+        self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms, settings.aligned)
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_topics: set[str] = set()

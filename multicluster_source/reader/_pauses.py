@@ -18,11 +18,12 @@ _log = logging.getLogger("multicluster_source.reader")
 class AlignmentPauses:
     """What alignment holds of one consumer's partitions: wanted split ids, applied ``(topic, partition)``."""
 
-    def __init__(self, cluster_id: str, bound_ms: int = 0) -> None:
+    def __init__(self, cluster_id: str, bound_ms: int = 0, aligned: bool = False) -> None:
+        """``aligned``: until the coordinator's first word, each split fetches one batch and waits."""
         self._cluster_id = cluster_id
         self._bound_ms = bound_ms
         self.wanted: frozenset[str] = frozenset()
-        self.limit: int | None = None
+        self.limit: int | None = -1 if aligned else None
         self.applied: set[tuple[str, int]] = set()
         self._fetched: dict[str, int] = {}  # split id -> watermark of what was fetched (not yet returned)
 

@@ -32,6 +32,8 @@ class FetchSettings:
     on_topic_read: Callable[[str, str, int], None] | None = None
     """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
     watermark_bound_ms: int = 0
+    aligned: bool = False
+    """Watermark alignment: each split fetches one batch, then waits for the coordinator's first word."""
     """The strategy's out-of-orderness bound (a split's watermark is its largest event time minus it)."""
     event_times: str | None = None
     """Each batch's Kafka timestamps per split (a watermark strategy without timestamp assigner): ``"all"``

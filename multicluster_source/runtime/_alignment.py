@@ -36,6 +36,7 @@ class Aligner:
         self._name = source_name
         self._held: frozenset[str] = frozenset()
         self._limit: int | None = None
+        self._sent = False  # the first check always tells the readers (they start holding every split)
 
     def start(self) -> None:
         """Schedule the first check (from any thread; it runs once the coordinator runs)."""
@@ -43,7 +44,8 @@ class Aligner:
 
     def _tick(self) -> None:
         held, limit = self._tracker.hold_ahead(self._drift_ms)
-        if held != self._held or limit != self._limit:
+        if not self._sent or held != self._held or limit != self._limit:
+            self._sent = True
             if held != self._held:
                 _log.info(
                     "source=%s group=%s: watermark alignment holds %d splits (%d released)",

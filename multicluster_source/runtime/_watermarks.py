@@ -42,6 +42,10 @@ from multicluster_source.runtime._alignment import Aligner
 from multicluster_source.runtime._messages import WatermarkAdvanced
 
 _log = logging.getLogger("multicluster_source")
+
+HOLD_ALL = -1
+"""An alignment limit below every event time: the group has no watermark yet, so a split that fetched
+records waits (each split fetches one batch, which gives it a watermark)."""
 _stamp = itemgetter(1)
 _timestamp = Message.timestamp
 
@@ -122,14 +126,14 @@ class WatermarkCombiner:
 
     def ahead(self, drift_ms: int, now: float) -> tuple[frozenset[str], int | None]:
         """Splits whose watermark is more than ``drift_ms`` above the group's (the minimum over the active,
-        non-idle splits), and that limit (group + drift; None when there is no group). An active split
+        non-idle splits), and that limit (group + drift; None when no split is active). An active split
         without a watermark yet holds the group at its start: every split with a watermark is ahead of it,
         as it holds the stream's watermark back."""
         active = [s.watermark for s in self._splits.values() if not self._idle(s, now)]
         if not active:
             return frozenset(), None
-        if None in active:
-            return frozenset(sid for sid, s in self._splits.items() if s.watermark is not None), None
+        if None in active:  # the group has no watermark yet: whatever has one waits (limit: nothing)
+            return frozenset(sid for sid, s in self._splits.items() if s.watermark is not None), HOLD_ALL
         limit = min(w for w in active if w is not None) + drift_ms
         held = frozenset(
             sid for sid, s in self._splits.items() if s.watermark is not None and s.watermark > limit

@@ -240,9 +240,9 @@ def test_alignment_holds_the_live_cluster_while_the_new_one_reads_its_backlog(
     assert sorted(got[old.cluster_id]) == list(range(live))
     assert held_seen == {live_split} and paused_metric == 1.0 and final_paused == []
     # while the backlog was read, the live cluster was held
-    # (unaligned, all of it comes first: it is small and its records are ready at once); what gets through is
-    # what was fetched in the first alignment interval, before the first hold reached the fetcher
-    assert live_before_backlog_done <= live // 2, live_before_backlog_done
+    # (unaligned, all of it comes first: it is small and its records are ready at once): one fetch batch
+    # (reader.batch.max.records) gives it a watermark, then it waits
+    assert live_before_backlog_done <= 200, live_before_backlog_done
 
 
 class _Order:
@@ -289,4 +289,4 @@ def test_alignment_on_the_push_api(kafka_clusters: Any) -> None:
         run.join()
     assert len(order.clusters) == backlog + live and paused == 1.0
     last_backlog = max(i for i, c in enumerate(order.clusters) if c == new.cluster_id)
-    assert order.clusters[:last_backlog].count(old.cluster_id) <= live // 2
+    assert order.clusters[:last_backlog].count(old.cluster_id) <= 200  # one fetch batch

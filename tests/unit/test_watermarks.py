@@ -328,13 +328,11 @@ def test_alignment_holds_splits_ahead_of_the_group_and_lets_go_when_behind_ones_
     c = WatermarkCombiner(idleness_s=5.0)
     for sid in ("old/t/0", "new/t/0", "fresh/t/0"):
         c.add(sid, 0.0)
-    assert c.ahead(1000, 0.0) == (frozenset(), None)  # nothing has a watermark yet
+    assert c.ahead(1000, 0.0) == (frozenset(), -1)  # nothing has a watermark yet: whatever fetches waits
     c.advance("old/t/0", 100_000, 1.0)  # live cluster, far ahead
     c.advance("new/t/0", 10_000, 1.0)  # backlog
-    assert c.ahead(60_000, 1.0) == (
-        frozenset({"old/t/0", "new/t/0"}),
-        None,
-    )  # fresh/t/0 has none: it holds the group
+    # fresh/t/0 has no watermark yet: it holds the group, every split with one waits
+    assert c.ahead(60_000, 1.0) == (frozenset({"old/t/0", "new/t/0"}), -1)
     c.release("fresh/t/0")
     assert c.ahead(60_000, 1.0) == (frozenset({"old/t/0"}), 70_000)
     c.advance("new/t/0", 40_000, 2.0)
