@@ -43,9 +43,7 @@ from multicluster_source.runtime._messages import WatermarkAdvanced
 
 _log = logging.getLogger("multicluster_source")
 
-HOLD_ALL = -1
-"""An alignment limit below every event time: the group has no watermark yet, so a split that fetched
-records waits (each split fetches one batch, which gives it a watermark)."""
+HOLD_ALL = -1  # an alignment limit below every event time: the group has no watermark yet
 _stamp = itemgetter(1)
 _timestamp = Message.timestamp
 
