@@ -31,7 +31,7 @@ from multicluster_source.runtime._messages import (
     WorkerReady,
     WorkerStopped,
 )
-from multicluster_source.runtime._watermarks import RunWatermarks, run_watermarks
+from multicluster_source.runtime._push_watermarks import RunWatermarks, run_watermarks
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator

@@ -38,7 +38,7 @@ from multicluster_source.runtime._messages import (
     describe_error,
     error_blob,
 )
-from multicluster_source.runtime._watermarks import WorkerEventTimes
+from multicluster_source.runtime._push_watermarks import WorkerEventTimes
 
 _log = logging.getLogger("multicluster_source.push")
 

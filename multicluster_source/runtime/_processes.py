@@ -42,7 +42,7 @@ from multicluster_source.runtime._messages import (
     WorkerLink,
     WorkerLog,
 )
-from multicluster_source.runtime._watermarks import worker_event_times
+from multicluster_source.runtime._push_watermarks import worker_event_times
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

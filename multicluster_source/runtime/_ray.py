@@ -38,7 +38,7 @@ from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory, reader_only_source
 from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink, WorkerStopped
-from multicluster_source.runtime._watermarks import worker_event_times
+from multicluster_source.runtime._push_watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5

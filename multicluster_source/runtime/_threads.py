@@ -14,7 +14,7 @@ from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink
-from multicluster_source.runtime._watermarks import worker_event_times
+from multicluster_source.runtime._push_watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 

@@ -28,8 +28,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from multicluster_source.framework._interfaces import RecordBatch
-from multicluster_source.framework._records import SourceRecord, records_of
+from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._watermarks import (
     EventTimes,
     WatermarkStrategy,
@@ -37,13 +36,12 @@ from multicluster_source.framework._watermarks import (
     kafka_event_times,
 )
 from multicluster_source.metadata._model import ClusterMetadata
-from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._alignment import Aligner
-from multicluster_source.runtime._messages import WatermarkAdvanced
 
 _log = logging.getLogger("multicluster_source")
 
 HOLD_ALL = -1  # an alignment limit below every event time: the group has no watermark yet
+PENDING = "/*"  # after "cluster/topic": a topic of the metadata none of whose splits was assigned yet
 _stamp = itemgetter(1)
 _timestamp = Message.timestamp
 
@@ -176,11 +174,13 @@ class WatermarkTracker:
     # -------------------------------------------------------------------- coordinator side: which splits
 
     def assigned(self, split_ids: Iterable[str]) -> None:
-        """Splits handed to readers (a split moved by a failover keeps its watermark)."""
+        """Splits handed to readers (a split moved by a failover keeps its watermark); a topic waiting for
+        its first split stops waiting."""
         now = self._clock()
         with self._lock:
             for sid in split_ids:
                 self._combiner.add(sid, now)
+                self._combiner.release(sid.rsplit("/", 1)[0] + PENDING)
 
     def metadata(self, clusters: Mapping[str, ClusterMetadata], version: int = 0) -> None:
         """The metadata readers now follow: splits of clusters or topics that left it are released (an
@@ -189,10 +189,19 @@ class WatermarkTracker:
             if version < self._version:
                 return
             self._version = version
-            gone = [sid for sid in self._combiner.split_ids() if not _covered(sid, clusters)]
+            known = self._combiner.split_ids()
+            gone = [sid for sid in known if not _covered(sid, clusters)]
             for sid in gone:
                 self._combiner.release(sid)
-            value = self._combiner.compute(self._clock()) if gone else None
+            now = self._clock()
+            topics = {sid.rsplit("/", 1)[0] for sid in known}
+            for (
+                cid,
+                cluster,
+            ) in clusters.items():  # a topic without splits yet holds like a split without record
+                for topic in cluster.topics - {t.split("/", 1)[1] for t in topics if t.startswith(cid + "/")}:
+                    self._combiner.add(f"{cid}/{topic}{PENDING}", now)
+            value = self._combiner.compute(now) if gone else None
         if gone:
             _log.info("watermarks: %d splits of removed clusters or topics released", len(gone))
             self._publish(value)
@@ -344,66 +353,3 @@ def stream_watermarks(
                 getattr(source, "name", "?"),
             )
     return tracker
-
-
-WorkerEventTimes = Callable[[RecordBatch, "list[SourceRecord] | None"], "dict[str, tuple[int, int]] | None"]
-"""What a push worker reports of a batch its handler returned from: split -> (smallest, largest)."""
-
-
-def worker_event_times(source: Any) -> WorkerEventTimes | None:
-    """How a push worker of ``source`` finds the event times of a batch (None: no watermark strategy): the
-    fetcher's Kafka timestamps, or the timestamp assigner over the records (made for it on the batch
-    handler path)."""
-    strategy = strategy_of(source)
-    if not strategy.enabled:
-        return None
-    assigner = strategy.timestamp_assigner
-    if assigner is None:
-        return _fetched_times
-    make = RecordMaker(source.deserializer, source.options.deserialization_error_policy)
-
-    def assigned(batch: RecordBatch, records: list[SourceRecord] | None) -> dict[str, tuple[int, int]]:
-        made = records if records is not None else make(batch.cluster_id, batch.messages)
-        return {sid: (min(v), max(v)) for sid, v in assigned_event_times(made, assigner).items()}
-
-    return assigned
-
-
-def _fetched_times(
-    batch: RecordBatch, _records: list[SourceRecord] | None
-) -> dict[str, tuple[int, int]] | None:
-    return None if batch.event_times is None else dict(batch.event_times)
-
-
-class RunWatermarks:
-    """The push driver's watermark: split event times reported by the workers (``Delivered``) combined;
-    ``RunControl.watermark`` and every live worker (a ``WatermarkAdvanced`` for the ``on_watermark`` hook)
-    are told when it moves. Used on the driver's thread; ``driver`` offers ``_control``, ``_n``, ``_lost``
-    and ``_send(index, message)``."""
-
-    def __init__(self, tracker: WatermarkTracker, driver: Any) -> None:
-        self._tracker = tracker
-        self._driver = driver
-
-    def delivered(self, times: EventTimes) -> None:
-        """A worker's handler returned from records with these event times."""
-        self._tracker.advance(times)
-        self.publish()
-
-    def publish(self) -> None:
-        """Tell the control and the workers when the watermark moved (idleness moves it without records)."""
-        value = self._tracker.watermark
-        driver = self._driver
-        if value is not None and value != driver._control._watermark:
-            driver._control._watermark = value
-            for i in range(driver._n):
-                if i not in driver._lost:
-                    driver._send(i, WatermarkAdvanced(value))
-
-
-def run_watermarks(
-    source: Any, metrics: Any, coordinator: Any, restored: object | None, driver: Any
-) -> RunWatermarks | None:
-    """The push driver's :class:`RunWatermarks`, or None without a watermark strategy."""
-    tracker = stream_watermarks(source, metrics, records_of, coordinator, restored)
-    return RunWatermarks(tracker, driver) if tracker.enabled else None

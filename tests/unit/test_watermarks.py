@@ -376,3 +376,32 @@ def test_a_fetcher_pauses_a_split_fetched_past_the_limit_at_once() -> None:
     pauses.want(frozenset({"c/t/0"}), 5000)  # the group moved on; the coordinator holds another split
     pauses.apply(consumer, progress)
     assert consumer.paused == {("t", 0)}
+
+
+def test_a_topic_whose_splits_are_not_assigned_yet_holds_the_watermark() -> None:
+    clock = Clock()
+    tracker = WatermarkTracker(
+        WatermarkStrategy.for_monotonous_timestamps().with_idleness(10.0),
+        SourceMetrics(CollectorRegistry(), "t"),
+        clock=clock,
+    )
+    clusters = {
+        "east": ClusterMetadata("east", "localhost:1", frozenset({"a"})),
+        "west": ClusterMetadata("west", "localhost:2", frozenset({"a"})),
+    }
+    tracker.assigned(["east/a/0"])
+    tracker.metadata(clusters, version=1)  # west's partitions are still being discovered
+    tracker.delivered("east", [msg("a", 0, 0, 5000)], None)
+    assert tracker.watermark is None
+    tracker.assigned(["west/a/0"])  # discovered: the split holds until its first record
+    tracker.delivered("west", [msg("a", 0, 0, 300)], None)
+    assert tracker.watermark == 300
+    clusters["west"] = ClusterMetadata("west", "localhost:2", frozenset({"a", "b"}))
+    tracker.metadata(clusters, version=2)  # a topic added: held until its splits come (or idleness)
+    tracker.delivered("west", [msg("a", 0, 1, 400)], None)
+    tracker.delivered("east", [msg("a", 0, 1, 6000)], None)
+    assert tracker.watermark == 300
+    clock.now = 11.0
+    assert tracker.watermark == 300  # everything idle: unchanged
+    tracker.delivered("west", [msg("a", 0, 2, 450)], None)
+    assert tracker.watermark == 450  # west/b/* idle: no longer holds
