@@ -10,7 +10,8 @@ What lives here:
   status documents.
 - ``_watermarks``: the stream's watermark: split watermarks of what was returned, combined (minimum over
   active, non-idle splits), late records counted; told of assignments and removals by the coordinator.
-  ``_alignment``: watermark alignment, a coordinator timer that tells readers which splits to pause.
+  ``_alignment``: watermark alignment, a coordinator timer that tells readers which splits to pause;
+  ``_push_watermarks``: event time on the push API (what workers report, the driver's watermark).
 - ``_factory``: the :class:`SourceFactory` protocol (what a runtime needs of a source) and the checks made
   before readers start.
 - the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),
