@@ -27,6 +27,7 @@ from multicluster_source.framework._storage import (
     ObjectStore,
     ObjectStoreCheckpointStorage,
 )
+from multicluster_source.framework._watermarks import WatermarkStrategy
 from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
@@ -96,4 +97,5 @@ __all__ = [
     "StreamSetSubscriber",
     "TopicStatusStore",
     "TopicTrackingDisabledError",
+    "WatermarkStrategy",
 ]

@@ -25,6 +25,7 @@ from multicluster_source.framework._clientprops import validate_client_propertie
 from multicluster_source.framework._javaprops import translate_java_properties
 from multicluster_source.framework._options import SourceOptions, split_properties
 from multicluster_source.framework._records import RawRecord
+from multicluster_source.framework._watermarks import WatermarkStrategy
 from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
 from multicluster_source.metadata._subscriber import (
     KafkaStreamSubscriber,
@@ -59,6 +60,7 @@ class SourceArguments(TypedDict):
     topic_status_store: TopicStatusStore | None
     rack_id_supplier: RackIdSupplier | None
     standby_assignor: RackAwareStandbyAssignor | None
+    watermark_strategy: WatermarkStrategy
 
 
 class SourceBuilderBase:
@@ -80,6 +82,16 @@ class SourceBuilderBase:
         self._rack_id_supplier: RackIdSupplier | None = None
         self._standby_assignor: RackAwareStandbyAssignor | None = None
         self._topic_store_setter: str | None = None
+        self._watermark_strategy = WatermarkStrategy.no_watermarks()
+
+    def set_watermark_strategy(self, strategy: WatermarkStrategy) -> Self:
+        """Event time and watermarks (``stream.watermark``); default ``WatermarkStrategy.no_watermarks()``."""
+        if not isinstance(strategy, WatermarkStrategy):
+            raise ConfigurationError(
+                f"set_watermark_strategy(): needs a WatermarkStrategy, got {type(strategy).__name__}"
+            )
+        self._watermark_strategy = strategy
+        return self
 
     def set_rack_id_supplier(self, supplier: RackIdSupplier) -> Self:
         """``supplier(cluster_id, reader_rack) -> str | None``: the ``client.rack`` a reader's consumer of a
@@ -261,6 +273,7 @@ class SourceBuilderBase:
             topic_status_store=self._topic_store,
             rack_id_supplier=self._rack_id_supplier,
             standby_assignor=self._standby(options),
+            watermark_strategy=self._watermark_strategy,
         )
 
     def _standby(self, options: SourceOptions) -> RackAwareStandbyAssignor | None:

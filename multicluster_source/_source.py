@@ -23,6 +23,7 @@ from multicluster_source.framework._events import SourceEvent
 from multicluster_source.framework._interfaces import ReaderContext, SplitEnumeratorContext
 from multicluster_source.framework._options import SourceOptions
 from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.framework._watermarks import WatermarkStrategy, fetch_event_times
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
 from multicluster_source.ops._topic_stores import (
@@ -85,8 +86,11 @@ class MultiClusterKafkaSource:
         topic_status_store: TopicStatusStore | None = None,
         rack_id_supplier: RackIdSupplier | None = None,
         standby_assignor: RackAwareStandbyAssignor | None = None,
+        watermark_strategy: WatermarkStrategy | None = None,
     ) -> None:
         self.name = name
+        self.watermark_strategy = watermark_strategy or WatermarkStrategy.no_watermarks()
+        """Event time and watermarks (``set_watermark_strategy``)."""
         self.rack_id_supplier: RackIdSupplier = rack_id_supplier or default_rack_id
         """``(cluster_id, reader_rack) -> client.rack`` for each reader's consumer of each cluster."""
         self.standby_assignor = standby_assignor
@@ -249,6 +253,10 @@ class MultiClusterKafkaSource:
             batch_max_records=self.options.reader_batch_max_records,
             metrics=metrics,
             on_topic_read=on_topic_read,
+            event_times=fetch_event_times(self.watermark_strategy),
+            watermark_bound_ms=self.watermark_strategy.out_of_orderness_ms,
+            aligned=self.watermark_strategy.alignment is not None
+            and fetch_event_times(self.watermark_strategy) is not None,
         )
         settings = ReaderSettings(
             group_id=self.group_id or f"{self.name}-no-group",

@@ -14,6 +14,8 @@ What lives here:
 - ``_javaprops``: the Java consumer property names and their librdkafka counterparts (renamed with a
   warning, or refused with what to write instead).
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
+- ``_watermarks``: ``WatermarkStrategy`` (event time and watermarks, set on the builder) and the event times
+  of a batch per split (computed by fetchers, once per batch).
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store); ``_dirlock``: the one-owner lock of a checkpoint directory.
 

@@ -73,3 +73,16 @@ class StandbySplitsEvent(SourceEvent):
     """
 
     splits: tuple[KafkaPartitionSplit, ...] = ()
+
+
+@dataclass(frozen=True)
+class SplitsPausedEvent(SourceEvent):
+    """Watermark alignment: the complete set of splits of the source to hold now (their watermark runs more
+    than the allowed drift ahead of the group's); every other split reads. Sent to every reader whenever
+    the set changes; a reader pauses those it reads at the client (``Consumer.pause``), and a split it gets
+    later is paused as it is assigned."""
+
+    split_ids: frozenset[str] = field(default_factory=frozenset)
+    limit_ms: int | None = None
+    """The group's watermark plus the allowed drift: a fetcher also pauses a split whose fetched records
+    take its watermark past it, without waiting for the next set (None: no limit known)."""

@@ -48,6 +48,9 @@ class RecordBatch:
     messages: Sequence[Any]
     positions: Mapping[str, int] = field(default_factory=dict)
     """split id -> next offset to read after the last message of that split in this batch."""
+    event_times: Mapping[str, tuple[int, int]] | None = None
+    """split id -> (smallest, largest) Kafka timestamp of this batch's messages of that split, computed by
+    the fetcher when the source has a watermark strategy without timestamp assigner; else None."""
 
 
 class SplitEnumeratorContext(Protocol):

@@ -33,13 +33,16 @@ __all__ = [
     "DESER_ERRORS",
     "FAILOVERS",
     "LAG",
+    "LATE",
     "METADATA_FAILURES",
     "METRIC_NAMES",
     "OFFSET_RESETS",
+    "PAUSED",
     "RECONCILIATIONS",
     "RECORDS",
     "RESTARTS",
     "SPLITS",
+    "WATERMARK",
     "Labels",
     "MetricKey",
     "SharedMetrics",
@@ -63,8 +66,11 @@ RESTARTS: Final = "multicluster_source_reader_restarts"
 DESER_ERRORS: Final = "multicluster_source_deserialization_errors"
 FAILOVERS: Final = "multicluster_source_failovers"
 OFFSET_RESETS: Final = "multicluster_source_offset_resets"
+LATE: Final = "multicluster_source_late_records"
+WATERMARK: Final = "multicluster_source_watermark_ms"
+PAUSED: Final = "multicluster_source_paused_splits"
 #: Gauges whose exported value is the sum of every source's own value.
-_SUMMED: Final = frozenset({SPLITS, ACTIVE})
+_SUMMED: Final = frozenset({SPLITS, ACTIVE, PAUSED})
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,16 @@ _SPECS: Final[dict[str, _Spec]] = {
             ("cluster", "topic"),
             "Times a partition's position was out of range (aged out of the log) and was reset per "
             "auto.offset.reset.",
+        ),
+        _Spec(
+            LATE,
+            Counter,
+            ("cluster", "topic"),
+            "Records returned with an event time at or below the watermark (delivered all the same).",
+        ),
+        _Spec(WATERMARK, Gauge, (), "The stream's watermark (ms since the epoch), once it has one."),
+        _Spec(
+            PAUSED, Gauge, (), "Splits paused at the client by watermark alignment (ahead of their group)."
         ),
     )
 }

@@ -23,12 +23,15 @@ from multicluster_source.ops._metric_families import (
     DESER_ERRORS,
     FAILOVERS,
     LAG,
+    LATE,
     METADATA_FAILURES,
     OFFSET_RESETS,
+    PAUSED,
     RECONCILIATIONS,
     RECORDS,
     RESTARTS,
     SPLITS,
+    WATERMARK,
     Labels,
     MetricKey,
     acquire,
@@ -146,6 +149,25 @@ class SourceMetrics:
     def offset_reset(self, cluster: str, topic: str) -> None:
         """Count one out-of-range position of ``topic`` on ``cluster`` reset per ``auto.offset.reset``."""
         self._inc(OFFSET_RESETS, (cluster, topic))
+
+    def late_records(self, cluster: str, topic: str, n: int) -> None:
+        """Count ``n`` late records of ``topic`` on ``cluster`` (event time at or below the watermark)."""
+        child = self._counter_children.get((LATE, (cluster, topic)))
+        if child is None:
+            with self._shared.lock:
+                if self._closed:
+                    return
+                child = self._own_counter((LATE, (cluster, topic)))
+        child.inc(n)
+
+    def set_watermark(self, ms: int) -> None:
+        """Show the stream's watermark (the value written last when sources share a registry)."""
+        if not self._closed:
+            self._shared.gauges[WATERMARK].set(ms)
+
+    def set_paused_splits(self, n: int) -> None:
+        """Show how many splits watermark alignment pauses now (summed over sources sharing a registry)."""
+        self._set_part(PAUSED, (), n)
 
     # ---------------------------------------------------------------------------------------------- removal
 

@@ -57,6 +57,7 @@ def _render_source(status: Mapping[str, Any]) -> str:
     reasons = health.get("reasons") or []
     if reasons:
         out.append('<div class="reasons">' + "<br>".join(_e(r) for r in reasons) + "</div>")
+    event_time: Mapping[str, Any] = status.get("event_time") or {}
     facts = {
         "state": status.get("state"),
         "readers": status.get("parallelism"),
@@ -65,6 +66,8 @@ def _render_source(status: Mapping[str, Any]) -> str:
         "metadata failures total": metadata.get("failures_total"),
         "retained splits": metadata.get("retained_splits"),
         "last checkpoint": (status.get("checkpoint") or {}).get("last_id"),
+        "watermark (ms)": event_time.get("watermark"),
+        "paused by watermark alignment": ", ".join(event_time.get("paused") or []) or None,
     }
     out.append(
         '<div class="kv">'

@@ -26,6 +26,9 @@ from typing import Any
 from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedError
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.framework._watermarks import kafka_event_times
+from multicluster_source.reader._batches import counts_per_topic, without_from
+from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
 
@@ -70,6 +73,8 @@ class ClusterFetcher:
         self._outstanding: set[str] = set()
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
+        self._split_hint: tuple[Any, ...] = ([], None, False)  # arguments of kafka_event_times
+        self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms, settings.aligned)
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_partitions: dict[str, frozenset[int]] = {}
@@ -91,6 +96,11 @@ class ClusterFetcher:
         with self._lock:
             self._outstanding |= {s.split_id for s in splits}
         self._commands.put(("add", list(splits)))
+
+    def hold(self, split_ids: frozenset[str], limit: int | None) -> None:
+        """Watermark alignment: pause these splits (of any cluster) at the client and those fetched past
+        ``limit``; resume the others."""
+        self._commands.put(("hold", (split_ids, limit)))
 
     def remove_topics(self, topics: Iterable[str]) -> None:
         """Stop reading every split of these topics (their metric label sets go with them)."""
@@ -210,6 +220,8 @@ class ClusterFetcher:
                     )
                 if done:
                     self._finish(done)
+            elif kind == "hold":
+                self._pauses.want(*arg)
             elif kind == "remove":
                 gone = [tp for tp in self._progress if tp[0] in arg]
                 if gone:
@@ -222,6 +234,7 @@ class ClusterFetcher:
                     self._s.metrics.remove_topic(self.cluster_id, topic)
         if changed:
             self._progress_changed()
+            self._pauses.apply(consumer, self._progress)
 
     def _learn_topics(self, consumer: Any, splits: Sequence[KafkaPartitionSplit]) -> None:
         """Ask for the metadata of every topic that has a partition among ``splits`` this consumer has not
@@ -248,6 +261,9 @@ class ClusterFetcher:
         self._split_ids = frozenset(p.split_id for p in progress.values())
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
+        one = [p.split_id for p in progress.values()] if len(progress) == 1 else []
+        topic = self._topics[0] if len(self._topics) == 1 else None
+        self._split_hint = (one, topic, self._s.event_times == "ends")
 
     def _handle(self, consumer: Any, messages: list[Any]) -> None:
         """One ``consume()`` result: hand its messages on with the positions they reach (fetch thread)."""
@@ -262,15 +278,18 @@ class ClusterFetcher:
         if messages:
             messages = self._advance(consumer, messages, positions, moved, finished)
         if messages or positions:
-            paused = False
-            if self._ctx.is_buffer_full():
+            paused = self._ctx.is_buffer_full()
+            if paused:
                 consumer.pause(consumer.assignment())
-                paused = True
+            times = None
+            if self._s.event_times is not None:  # a watermark strategy: event times per split
+                times = kafka_event_times(self.cluster_id, messages, *self._split_hint)
+                self._pauses.fetched(consumer, times, self._progress)
             delivered = self._ctx.emit(
-                RecordBatch(self.cluster_id, messages, positions), self._stopping.is_set
+                RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
             )
             if paused:
-                consumer.resume(consumer.assignment())
+                self._pauses.resume_others(consumer)
             if not delivered:
                 return  # stopping: positions stay where the last handed-on batch left them
             for prog in moved:
@@ -333,7 +352,7 @@ class ClusterFetcher:
             stop = p.split.stopping_offset
             if stop is not None and offset >= stop:
                 if offset > stop:
-                    messages = _without_from(messages, key, stop)
+                    messages = without_from(messages, key, stop)
                 offset = stop
                 finished.append(key)
             positions[p.split_id] = offset
@@ -342,20 +361,8 @@ class ClusterFetcher:
 
     def _count(self, messages: list[Any]) -> None:
         """Per-batch metrics and topic tracking: records and bytes per topic."""
-        cid = self.cluster_id
-        if len(self._topics) == 1:
-            counts = {self._topics[0]: (len(messages), sum(map(len, messages)))}
-        else:
-            per_topic: dict[str, list[int]] = {}
-            for m in messages:
-                c = per_topic.get(m.topic())
-                if c is None:
-                    c = per_topic[m.topic()] = [0, 0]
-                c[0] += 1
-                c[1] += len(m)
-            counts = {t: (c[0], c[1]) for t, c in per_topic.items()}
-        on_topic_read = self._s.on_topic_read
-        for topic, (n, nbytes) in counts.items():
+        cid, on_topic_read = self.cluster_id, self._s.on_topic_read
+        for topic, (n, nbytes) in counts_per_topic(self._topics, messages).items():
             self._s.metrics.record_consumed(cid, topic, n, nbytes)
             if on_topic_read is not None:
                 on_topic_read(cid, topic, self._s.reader_index)
@@ -391,9 +398,3 @@ class ClusterFetcher:
                 continue
             lag = max(0, high - p.next_offset) if high is not None and high >= 0 else None
             self._s.metrics.set_offsets(self.cluster_id, topic, partition, current=p.next_offset, lag=lag)
-
-
-def _without_from(messages: list[Any], key: tuple[str, int], stop: int) -> list[Any]:
-    """``messages`` without those of partition ``key`` at or past ``stop`` (a bounded split's end)."""
-    topic, partition = key
-    return [m for m in messages if m.offset() < stop or m.partition() != partition or m.topic() != topic]

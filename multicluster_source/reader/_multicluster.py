@@ -19,6 +19,7 @@ from multicluster_source.framework._events import (
     MetadataUpdateEvent,
     SourceEvent,
     SplitsFinishedEvent,
+    SplitsPausedEvent,
     StandbySplitsEvent,
 )
 from multicluster_source.framework._interfaces import ReaderContext
@@ -75,6 +76,7 @@ class MultiClusterReader:
         self._standby: dict[str, KafkaPartitionSplit] = {}
         self._warm: dict[str, Any] = {}
         self._stats: dict[str, FetchBrokerStats] = {}
+        self._held: SplitsPausedEvent | None = None  # watermark alignment: splits to pause, limit
 
     @property
     def index(self) -> int:
@@ -159,6 +161,8 @@ class MultiClusterReader:
         cid = cluster.cluster_id
         conf = self._client_conf(cluster)
         fetcher = ClusterFetcher(cid, conf, self._s.fetch, self._ctx, self._finished_q.put, consumer=warm)
+        if self._held is not None:
+            fetcher.hold(self._held.split_ids, self._held.limit_ms)
         fetcher.start()
         return fetcher
 
@@ -202,6 +206,11 @@ class MultiClusterReader:
         """Follow a metadata update: touch only the clusters that changed."""
         if isinstance(event, StandbySplitsEvent):
             self._set_standby(event.splits)
+            return
+        if isinstance(event, SplitsPausedEvent):
+            self._held = event
+            for fetcher in self._fetchers.values():
+                fetcher.hold(event.split_ids, event.limit_ms)
             return
         if not isinstance(event, MetadataUpdateEvent):
             _log.warning("reader=%d: unknown event %r", self.index, event)

@@ -31,6 +31,13 @@ class FetchSettings:
     lag_interval_s: float = 1.0
     on_topic_read: Callable[[str, str, int], None] | None = None
     """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
+    watermark_bound_ms: int = 0
+    aligned: bool = False
+    """Watermark alignment: each split fetches one batch, then waits for the coordinator's first word."""
+    """The strategy's out-of-orderness bound (a split's watermark is its largest event time minus it)."""
+    event_times: str | None = None
+    """Each batch's Kafka timestamps per split (a watermark strategy without timestamp assigner): ``"all"``
+    (every message's) or ``"ends"`` (monotonous: each split's first and last message); None: not computed."""
 
 
 @dataclass(frozen=True)

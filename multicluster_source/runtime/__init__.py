@@ -7,9 +7,14 @@ What lives here:
   tracker checkpoints are taken from; shared by every runtime.
 - ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``; ``_delivery`` takes records
   or batches out of the hand-off with the positions of what was taken; ``_status`` builds its health and
-  status documents.
+  status documents; ``_enumeration``: checkpointing and stopping the enumerator, the same for the stream and
+  the push driver.
 - ``_async``: :class:`AsyncSourceStream` returned by ``source.open_async()``: the pull API for asyncio, over a
   ``SourceStream`` whose hand-off wakes the waiting coroutine.
+- ``_watermarks``: the stream's watermark: split watermarks of what was returned, combined (minimum over
+  active, non-idle splits), late records counted; told of assignments and removals by the coordinator.
+  ``_alignment``: watermark alignment, a coordinator timer that tells readers which splits to pause;
+  ``_push_watermarks``: event time on the push API (what workers report, the driver's watermark).
 - ``_factory``: the :class:`SourceFactory` protocol (what a runtime needs of a source) and the checks made
   before readers start.
 - the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),

@@ -40,6 +40,7 @@ class RunControl:
         self._workers: dict[int, WorkerInfo] = {}
         self._records = 0
         self._checkpoints = 0
+        self._watermark: int | None = None
 
     def stop(self) -> None:
         """Ask the run to stop (from any thread; idempotent)."""
@@ -75,6 +76,12 @@ class RunControl:
     def records(self) -> int:
         """Records the handlers returned from so far (as reported to the driver)."""
         return self._records
+
+    @property
+    def watermark(self) -> int | None:
+        """The run's event-time watermark in ms, over the records the handlers returned from (None without
+        a watermark strategy, and until every active split has one)."""
+        return self._watermark
 
     @property
     def checkpoints(self) -> int:

@@ -18,6 +18,11 @@ from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.runtime._handoff import Handoff
 
 RecordMaker = Callable[[str, Sequence[Any]], list[SourceRecord]]
+OnDelivered = Callable[
+    [str, Sequence[Any], "Mapping[str, tuple[int, int]] | None", "list[SourceRecord] | None"], None
+]
+"""``(cluster_id, messages, event_times or None for part of a batch, records or None)`` after each chunk
+returned (event time: :class:`~multicluster_source.runtime._watermarks.WatermarkTracker`)."""
 
 
 def part_positions(cluster_id: str, messages: Sequence[Any]) -> dict[str, int]:
@@ -39,10 +44,13 @@ class Delivery:
         handoff: Handoff,
         make_records: RecordMaker,
         advance: Callable[[Mapping[str, int]], None],
+        on_delivered: OnDelivered | None = None,
     ) -> None:
         self._handoff = handoff
         self._make_records = make_records
         self._advance = advance
+        self._on_delivered = on_delivered
+        self._event_times: Mapping[str, tuple[int, int]] | None = None
         self._batch: RecordBatch | None = None
         self._start = 0  # messages of self._batch before this index were handed out
 
@@ -73,9 +81,11 @@ class Delivery:
         messages, start = batch.messages, self._start
         if start == 0 and len(messages) <= room:
             self._batch = None
+            self._event_times = batch.event_times
             return batch.cluster_id, messages, batch.positions
         end = min(len(messages), start + room)
         part = messages[start:end]
+        self._event_times = None
         if end == len(messages):
             self._batch = None
             return batch.cluster_id, part, batch.positions
@@ -94,10 +104,13 @@ class Delivery:
             batch, start = self._batch, self._start
             cluster_id, messages, positions = self._take(max_records - len(out))
             try:
-                out.extend(self._make_records(cluster_id, messages))
+                made = self._make_records(cluster_id, messages)
+                if self._on_delivered is not None:
+                    self._on_delivered(cluster_id, messages, self._event_times, made)
             except BaseException:
                 self._batch, self._start = batch, start
                 raise
+            out.extend(made)
             self._advance(positions)
         return out
 
@@ -107,7 +120,14 @@ class Delivery:
         n = 0
         deadline = time.monotonic() + timeout
         while n < max_records and self._next(deadline, bool(out), stopped) is not None:
+            batch, start = self._batch, self._start
             cluster_id, messages, positions = self._take(max_records - n)
+            if self._on_delivered is not None:
+                try:
+                    self._on_delivered(cluster_id, messages, self._event_times, None)
+                except BaseException:
+                    self._batch, self._start = batch, start
+                    raise
             out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
             self._advance(positions)
             n += len(messages)

@@ -8,12 +8,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import MultiClusterSourceError, SourceFailedError
 from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import apply_metrics
 from multicluster_source.runtime._control import RunControl, RunResult
+from multicluster_source.runtime._enumeration import stop_enumeration, take_checkpoint
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._handoff import PositionTracker
 from multicluster_source.runtime._local import LinkedCoordinator
@@ -33,6 +33,7 @@ from multicluster_source.runtime._messages import (
     WorkerReady,
     WorkerStopped,
 )
+from multicluster_source.runtime._push_watermarks import RunWatermarks, run_watermarks
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
@@ -94,6 +95,7 @@ class Driver:
         self._closing = False
         self._tracker = PositionTracker()
         self._coordinator: LinkedCoordinator | None = None
+        self._watermarks: RunWatermarks | None = None
         self._coordinator_started = False
         self._topics: TopicTracker | None = None
         self._metrics: SourceMetrics | None = None
@@ -165,6 +167,7 @@ class Driver:
         self._topics = source.create_topic_tracker(self._checkpoint_dir)
         self._topics.start()
         self._coordinator = LinkedCoordinator(self._name, self._n, self._tracker, self._fail, send=self._send)
+        self._watermarks = run_watermarks(source, self._metrics, self._coordinator, restored, self)
         self._links = self._transport.start(self._deliver, self._metrics)
         self._await_ready()
         if self._stop_requested():
@@ -239,6 +242,8 @@ class Driver:
                 continue
             next_check = now + 0.1
             self._check_heartbeats(now)
+            if self._watermarks is not None:
+                self._watermarks.publish()
             if bounded and coordinator.call_sync(enumerator.is_finished):
                 self._finished = True
                 _log.info("source=%s: every split was read to its end and handled", self._name)
@@ -251,6 +256,8 @@ class Driver:
         self._last_seen[index] = time.monotonic()
         if isinstance(message, Delivered):
             self._tracker.advance(message.positions)
+            if message.event_times and self._watermarks is not None:
+                self._watermarks.delivered(message.event_times)
             if message.records:
                 self._records[index] = self._records.get(index, 0) + message.records
                 self._control._records += message.records
@@ -336,17 +343,18 @@ class Driver:
         storage, coordinator, enumerator = self._storage, self._coordinator, self._enumerator
         if storage is None or coordinator is None or enumerator is None:
             return
-        positions = self._tracker.snapshot()
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
-        enum_state = coordinator.call_sync(lambda: enumerator.snapshot_state(checkpoint_id))
-        ids = state_split_ids(enum_state)
-        kept = {sid: pos for sid, pos in positions.items() if sid in ids}
-        self._last_checkpoint = storage.write(checkpoint_id, self._name, enum_state, kept)
-        self._checkpoints += 1
-        self._control._checkpoints = self._checkpoints
-        wait = coordinator.call_sync(lambda: enumerator.notify_checkpoint_complete(checkpoint_id, kept))
-        wait(30.0)
+
+        def write(state: dict[str, Any], kept: dict[str, int]) -> str:
+            written = storage.write(checkpoint_id, self._name, state, kept)
+            self._checkpoints += 1
+            self._control._checkpoints = self._checkpoints
+            return written
+
+        self._last_checkpoint = take_checkpoint(
+            coordinator, enumerator, checkpoint_id, self._tracker.snapshot(), write
+        )
 
     # -------------------------------------------------------------------------------------- shutdown
 
@@ -377,20 +385,8 @@ class Driver:
                 self.checkpoint()
             except BaseException as exc:
                 self._fail(exc)
-        coordinator, enumerator = self._coordinator, self._enumerator
-        if coordinator is not None and self._coordinator_started:
-            if enumerator is not None:
-                try:
-                    coordinator.call_sync(enumerator.close, timeout=30)
-                except Exception:
-                    _log.exception("source=%s: enumerator close failed", self._name)
-            coordinator.stop()
-        try:
-            metadata_service = self._source.metadata_service
-            if metadata_service is not None:
-                metadata_service.close()
-        except Exception:
-            _log.exception("source=%s: metadata service close failed", self._name)
+        started = self._coordinator if self._coordinator_started else None
+        stop_enumeration(self._name, started, self._enumerator, self._source.metadata_service)
         try:
             self._transport.close(self._stop_timeout)
         except Exception:

@@ -14,7 +14,7 @@ from typing import Any
 from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import RecordBatch, SourceReader
-from multicluster_source.framework._records import MessageBatch
+from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._handoff import Handoff
@@ -31,12 +31,14 @@ from multicluster_source.runtime._messages import (
     StartReader,
     StopWorker,
     TopicRead,
+    WatermarkAdvanced,
     WorkerFailure,
     WorkerReady,
     WorkerStopped,
     describe_error,
     error_blob,
 )
+from multicluster_source.runtime._push_watermarks import WorkerEventTimes
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -80,9 +82,11 @@ class WorkerHost:
         stop_timeout: float = 60.0,
         host_name: str | None = None,
         make_records: RecordMaker | None = _RECORDS,
+        event_times: WorkerEventTimes | None = None,
     ) -> None:
         """``make_records`` turns a batch's messages into the handler's records; None: the handler gets
-        each :class:`MessageBatch` itself (``run(..., batches=True)``)."""
+        each :class:`MessageBatch` itself (``run(..., batches=True)``). ``event_times`` (with a watermark
+        strategy) finds what a handled batch reports of event time."""
         self._index = index
         self._host_name = host_name or socket.gethostname()
         self._source = source_name
@@ -104,6 +108,8 @@ class WorkerHost:
         self._records = 0
         self._topics_seen: set[tuple[str, str]] = set()
         self._reader: SourceReader | None = None
+        self._event_times = event_times
+        self._watermark: int | None = None  # the run's, from the driver; the handler thread reads it
 
     # ------------------------------------------------------------------------------ transport side
 
@@ -145,6 +151,9 @@ class WorkerHost:
                     message = None
                 if isinstance(message, StopWorker):
                     break
+                if isinstance(message, WatermarkAdvanced):
+                    self._watermark = message.ms
+                    continue
                 if isinstance(message, StartReader):
                     if reader is None:
                         on_topic_read = self._topic_read if self._track_topics else None
@@ -220,15 +229,21 @@ class WorkerHost:
     def _handle_loop(self) -> None:
         handler = self._handler
         make_records = self._make_records
+        on_watermark = getattr(handler, "on_watermark", None)
+        told: int | None = None
         try:
             open_hook = getattr(handler, "open", None)
             if callable(open_hook):
                 open_hook(self._index)
             while not self._stopping.is_set():
+                if callable(on_watermark) and self._watermark != told:
+                    told = self._watermark
+                    on_watermark(told)
                 batch = self._handoff.get(0.05)
                 if batch is None or self._stopping.is_set():
                     continue  # a batch taken while stopping is not handled: its records come again
                 n = 0
+                records: list[SourceRecord] | None = None
                 if batch.messages:
                     if make_records is None:  # run(..., batches=True): the client's messages as they are
                         messages = batch.messages
@@ -239,9 +254,10 @@ class WorkerHost:
                         if records:
                             handler(records)
                         n = len(records)
+                times = self._event_times(batch, records) if self._event_times and batch.messages else None
                 with self._lock:
                     self._records += n
-                    self._send(Delivered(dict(batch.positions), n))
+                    self._send(Delivered(dict(batch.positions), n, times))
                     self._handled += 1
                     self._release_deferred_locked()
         except DeserializationError as exc:  # policy "fail": bad data fails the run, whichever reader

@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from multicluster_source.framework._events import SourceEvent
+from multicluster_source.framework._events import MetadataUpdateEvent, SourceEvent
 from multicluster_source.framework._interfaces import RecordBatch, SourceReader, SplitEnumerator
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._messages import AssignSplits, EventToReader, NoMoreSplits
+from multicluster_source.runtime._watermarks import WatermarkTracker
 
 T = TypeVar("T")
 _log = logging.getLogger("multicluster_source.runtime")
@@ -65,6 +66,8 @@ class Coordinator:
         self.readers: list[ReaderRunner] = []
         self.enumerator: SplitEnumerator | None = None
         self.racks: dict[int, str | None] = {}
+        self.watermarks: WatermarkTracker | None = None
+        """Told of every assignment and metadata update (event time: which splits exist)."""
 
     # -------------------------------------------------------------------------------- thread and mailbox
 
@@ -177,13 +180,24 @@ class Coordinator:
         self.run_in_coordinator(submit, delay=initial_delay)
         return handle
 
+    def _observe(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]] | None, event: Any) -> None:
+        """Tell the watermark tracker which splits exist (assigned, or gone with their cluster or topic)."""
+        if self.watermarks is None:
+            return
+        if assignment is not None:
+            self.watermarks.assigned(s.split_id for splits in assignment.values() for s in splits)
+        if isinstance(event, MetadataUpdateEvent):
+            self.watermarks.metadata(event.clusters, event.version)
+
     def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
         """Send splits to readers' inboxes."""
+        self._observe(assignment, None)
         for reader, splits in assignment.items():
             self.readers[reader].deliver("splits", list(splits))
 
     def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
         """Send an event to one reader."""
+        self._observe(None, event)
         self.readers[reader].deliver("event", event)
 
     def signal_no_more_splits(self, reader: int) -> None:
@@ -231,11 +245,13 @@ class LinkedCoordinator(Coordinator):
 
     def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
         """Send splits to readers."""
+        self._observe(assignment, None)
         for reader, splits in assignment.items():
             self._send_to(reader, AssignSplits(tuple(splits)))
 
     def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
         """Send an event to one reader."""
+        self._observe(None, event)
         self._send_to(reader, EventToReader(event))
 
     def signal_no_more_splits(self, reader: int) -> None:

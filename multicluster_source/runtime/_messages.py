@@ -62,6 +62,13 @@ class NoMoreSplits:
 
 
 @dataclass(frozen=True)
+class WatermarkAdvanced:
+    """The run's watermark moved (ms): the handler's ``on_watermark(ms)`` hook is called with it."""
+
+    ms: int
+
+
+@dataclass(frozen=True)
 class StopWorker:
     """Finish the batch the handler is in, report, close the reader, end."""
 
@@ -91,6 +98,8 @@ class Delivered:
 
     positions: dict[str, int]
     records: int
+    event_times: dict[str, tuple[int, int]] | None = None
+    """split -> (smallest, largest) event time of the batch, with a watermark strategy."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from multicluster_source.runtime._messages import (
     WorkerLog,
     relay_metrics,
 )
+from multicluster_source.runtime._push_watermarks import worker_event_times
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -260,6 +261,7 @@ def worker_main(
         rack=rack,
         track_topics=source.options.topic_tracking_enable,
         make_records=record_maker(source, metrics, batches),
+        event_times=worker_event_times(source),
     )
     done = threading.Event()
 

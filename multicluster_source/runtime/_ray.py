@@ -47,6 +47,7 @@ from multicluster_source.runtime._messages import (
     WorkerStopped,
     relay_metrics,
 )
+from multicluster_source.runtime._push_watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
@@ -93,6 +94,7 @@ class ReaderActor:
             track_topics=source.options.topic_tracking_enable,
             host_name=f"{socket.gethostname()} (ray node {self.node_id[:12]})",
             make_records=record_maker(source, metrics, batches),
+            event_times=worker_event_times(source),
         )
         self._next = 1
         self._held: dict[int, object] = {}

@@ -9,7 +9,6 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import (
     ConfigurationError,
     DeserializationError,
@@ -25,6 +24,7 @@ from multicluster_source.ops._admin_target import RecordingSubscriber
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._delivery import Delivery
+from multicluster_source.runtime._enumeration import stop_enumeration, take_checkpoint
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._local import Coordinator, ReaderRunner
 from multicluster_source.runtime._status import (
@@ -33,6 +33,7 @@ from multicluster_source.runtime._status import (
     stream_health,
     stream_status,
 )
+from multicluster_source.runtime._watermarks import stream_watermarks
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -95,8 +96,10 @@ class SourceStream:
         make_records = RecordMaker(
             source.deserializer, source.options.deserialization_error_policy, self._metrics
         )
-        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance)
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
+        self._watermarks = stream_watermarks(source, self._metrics, make_records, self._coordinator, restored)
+        on_delivered = self._watermarks.delivered if self._watermarks.enabled else None
+        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance, on_delivered)
         racks = dict(reader_racks or {})
         self._coordinator.racks = racks
         self._readers = [
@@ -200,7 +203,7 @@ class SourceStream:
             return []
         try:
             out = self._delivery.records(timeout, max_records, self._stop_waiting)
-        except DeserializationError as exc:  # policy "fail": the same for every reader, the source fails
+        except (DeserializationError, SourceFailedError) as exc:  # deserializer or timestamp assigner failed
             self._fail(exc)
             raise
         if not out:
@@ -263,6 +266,13 @@ class SourceStream:
             and not self._delivery.holding
             and self._handoff.empty()
         )
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark in ms of the records returned so far: the minimum over active, non-idle
+        splits, never decreasing; None until every active split has one (and without a watermark
+        strategy)."""
+        return self._watermarks.watermark
 
     @property
     def name(self) -> str:
@@ -331,7 +341,7 @@ class SourceStream:
             topics=self._topics,
             registry=self._metrics.registry,
             checkpoint={"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
-        )
+        ) | {"event_time": self._watermarks.status()}
 
     def secret_values(self) -> set[str]:
         """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin
@@ -344,18 +354,15 @@ class SourceStream:
         """Take a checkpoint covering every record already returned; returns its id once it is durable and,
         with a group id, once offsets were committed (or the commit timed out, which is logged)."""
         self._raise_if_failed()
-        positions = self._tracker.snapshot()
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
-        enum_state = self._coordinator.call_sync(lambda: self._enumerator.snapshot_state(checkpoint_id))
-        ids = state_split_ids(enum_state)
-        kept = {sid: pos for sid, pos in positions.items() if sid in ids}
-        if self._store is not None:
-            self._store.write(checkpoint_id, self._name, enum_state, kept)
-        wait = self._coordinator.call_sync(
-            lambda: self._enumerator.notify_checkpoint_complete(checkpoint_id, kept)
-        )
-        wait(30.0)
+        store = self._store
+
+        def write(state: dict[str, Any], kept: dict[str, int]) -> None:
+            if store is not None:
+                store.write(checkpoint_id, self._name, state, kept)
+
+        take_checkpoint(self._coordinator, self._enumerator, checkpoint_id, self._tracker.snapshot(), write)
         self._last_checkpoint = time.monotonic()
         return checkpoint_id
 
@@ -377,17 +384,7 @@ class SourceStream:
             if runner.reader is not None:
                 runner.stop()
         enumerator = getattr(self, "_enumerator", None)
-        if enumerator is not None:
-            try:
-                self._coordinator.call_sync(enumerator.close, timeout=30)
-            except Exception:
-                _log.exception("source=%s: enumerator close failed", self._name)
-        self._coordinator.stop()
-        try:
-            if self._source.metadata_service is not None:
-                self._source.metadata_service.close()
-        except Exception:
-            _log.exception("source=%s: metadata service close failed", self._name)
+        stop_enumeration(self._name, self._coordinator, enumerator, self._source.metadata_service)
         if forget_topics:
             try:
                 n = self._topics.forget()

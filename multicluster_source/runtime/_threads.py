@@ -14,6 +14,7 @@ from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._host import WorkerHost, record_maker
 from multicluster_source.runtime._messages import Deliver, Handler, LinkLost, WorkerLink
+from multicluster_source.runtime._push_watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -66,6 +67,7 @@ class ThreadTransport:
                 rack=self._racks.get(i),
                 track_topics=source.options.topic_tracking_enable,
                 make_records=record_maker(source, metrics, self._batches),
+                event_times=worker_event_times(source),
             )
             thread = threading.Thread(
                 target=self._run_host,

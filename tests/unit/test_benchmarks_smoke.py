@@ -106,3 +106,22 @@ def test_gap_counts_window_edges() -> None:
     assert bench_reconciliation.percentile([0.5, 0.1, 0.2, 0.3], 50) == 0.2
     assert bench_reconciliation.percentile([float(n) for n in range(1, 201)], 99) == 198.0
     assert bench_reconciliation.percentile([], 99) is None
+
+
+def test_watermark_report_formats_made_up_results() -> None:
+    from benchmarks import bench_watermarks
+
+    result = {
+        "throughput": {
+            "records_per_second_median": {"none": 1000.0, "bounded": 900.0, "monotonous": 990.0},
+            "cost": {"bounded": 0.1, "monotonous": 0.01},
+            "watermark_read_us_median": {"none": 1.0, "bounded": 2.0, "monotonous": 2.0},
+        },
+        "propagation": {
+            "delay_ms": {"p50": 1.0, "p99": 5.0, "max": 6.0},
+            "covered": 10,
+            "records_per_second": 1000.0,
+        },
+    }
+    table = bench_watermarks.format_table(result)
+    assert "| bounded | 900 | 10.0 % |" in table and "p99 5.00 ms" in table

@@ -31,6 +31,7 @@ CONTRACT = {
 CONTRACT.add("KafkaTopicMetadataService")
 CONTRACT.add("MessageBatch")  # API.md section 8
 CONTRACT.add("AsyncSourceStream")  # API.md section 8
+CONTRACT.add("WatermarkStrategy")  # API.md section 8
 
 PINNED = [
     "AsyncSourceStream",
@@ -75,6 +76,7 @@ PINNED = [
     "StreamSetSubscriber",
     "TopicStatusStore",
     "TopicTrackingDisabledError",
+    "WatermarkStrategy",
 ]
 
 

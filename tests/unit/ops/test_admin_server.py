@@ -414,3 +414,9 @@ def test_page_shows_a_cluster_error_escaped(source: FakeSource) -> None:
     status["clusters"]["east"]["error"] = "_AUTHENTICATION: SASL authentication error: <bad>"
     page = render_status_page([status])
     assert "_AUTHENTICATION: SASL authentication error: &lt;bad&gt;" in page
+
+
+def test_page_shows_the_watermark_and_the_splits_alignment_pauses() -> None:
+    status = {"source": "s", "event_time": {"watermark": 1700000000000, "paused": ["old/orders/0"]}}
+    page = render_status_page([status])
+    assert "1700000000000" in page and "paused by watermark alignment" in page and "old/orders/0" in page

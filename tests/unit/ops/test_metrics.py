@@ -25,6 +25,10 @@ CONTRACT = {
     "multicluster_source_deserialization_errors_total": ("counter", ("cluster", "topic")),
     "multicluster_source_failovers_total": ("counter", ("cluster",)),
     "multicluster_source_offset_resets_total": ("counter", ("cluster", "topic")),
+    # API.md section 8
+    "multicluster_source_late_records_total": ("counter", ("cluster", "topic")),
+    "multicluster_source_watermark_ms": ("gauge", ()),
+    "multicluster_source_paused_splits": ("gauge", ()),
 }
 
 
@@ -51,6 +55,9 @@ def exercise(m: SourceMetrics, cluster: str = "east", topic: str = "orders") -> 
     m.deserialization_error(cluster, topic)
     m.failover(cluster)
     m.offset_reset(cluster, topic)
+    m.late_records(cluster, topic, 2)
+    m.set_watermark(1_700_000_000_000)
+    m.set_paused_splits(1)
 
 
 def source_samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:
