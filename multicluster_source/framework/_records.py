@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import repeat
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from confluent_kafka import Message
 
@@ -48,6 +48,20 @@ class _MessageView(tuple):  # type: ignore[type-arg]
     """``(cluster_id, message)`` or ``(cluster_id, message, value)``: fields are read from the message."""
 
     __slots__ = ()
+
+    def __new__(
+        cls,
+        cluster_id: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int | None,
+        key: bytes | None,
+        value: Any,
+        headers: Headers,
+    ) -> Self:
+        """A record from its eight fields (the record holds a message of its own with them)."""
+        return _new(cls, (cluster_id, _message(topic, partition, offset, timestamp, key, headers), value))
 
     @property
     def cluster_id(self) -> str:
@@ -158,20 +172,6 @@ class RawRecord(_MessageView):
 
     __slots__ = ()
 
-    def __new__(
-        cls,
-        cluster_id: str,
-        topic: str,
-        partition: int,
-        offset: int,
-        timestamp: int | None,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-    ) -> RawRecord:
-        """A record from its fields."""
-        return _new(cls, (cluster_id, _message(topic, partition, offset, timestamp, key, headers), value))
-
     @property
     def value(self) -> bytes | None:
         """The value bytes."""
@@ -187,20 +187,6 @@ class SourceRecord(_MessageView):
     """
 
     __slots__ = ()
-
-    def __new__(
-        cls,
-        cluster_id: str,
-        topic: str,
-        partition: int,
-        offset: int,
-        timestamp: int | None,
-        key: bytes | None,
-        value: Any,
-        headers: Headers,
-    ) -> SourceRecord:
-        """A record from its fields."""
-        return _new(cls, (cluster_id, _message(topic, partition, offset, timestamp, key, headers), value))
 
     @property
     def value(self) -> Any:

@@ -110,13 +110,16 @@ def test_an_idle_split_stops_holding_the_watermark(kafka_clusters: Any) -> None:
         assert s.watermark is None  # without idleness the empty west split holds it back
     with builder(streams).set_watermark_strategy(BOUND.with_idleness(1.0)).build().open() as s:
         assert len(drain(s, 2)) == 2
-        assert wait_for(lambda: s.watermark == BASE + 7000, timeout=10)
+        settle(s, 1.5)  # west has been idle for a while now (and east too: nothing came since)
+        produce_at(east, te, [BASE + 9000])  # east is active again; west, still idle, holds nothing back
+        assert len(drain(s, 1)) == 1
+        assert wait_for(lambda: s.watermark == BASE + 8000, timeout=10)
         splits = s.status()["event_time"]["splits"]
         assert splits[f"{west.cluster_id}/{tw}/0"] == {"watermark": None, "idle": True}
         # its next record makes it active again; being behind, it is late and the watermark stays
         produce_at(west, tw, [BASE + 2000])
         assert len(drain(s, 1)) == 1
-        assert s.watermark == BASE + 7000
+        assert s.watermark == BASE + 8000
         assert s.status()["event_time"]["splits"][f"{west.cluster_id}/{tw}/0"]["idle"] is False
 
 
