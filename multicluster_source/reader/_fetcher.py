@@ -35,6 +35,7 @@ from multicluster_source.reader._settings import FetchSettings
 _log = logging.getLogger("multicluster_source.reader")
 
 _METADATA_TIMEOUT_S = 2.0
+_TOPICS_ONE_BY_ONE = 4  # more new topics at once: one metadata request for the whole cluster
 
 
 class _Progress:
@@ -241,17 +242,26 @@ class ClusterFetcher:
         seen in a metadata answer yet (a new topic, partitions added to a topic, a topic added again), before
         assigning them. librdkafka otherwise starts fetching such a partition only after its next metadata
         refresh: 0.9-1.5 s after ``incremental_assign`` was measured on Apache Kafka, against ~0.015 s with
-        the metadata at hand. One round trip per such topic; a failure only costs that delay."""
+        the metadata at hand. One round trip per such topic, or one for the whole cluster when many topics
+        come at once (a start with hundreds of topics); a failure only costs that delay."""
         known = self._known_partitions
         topics = sorted({s.topic for s in splits if s.partition not in known.get(s.topic, ())})
-        for topic in topics:
+        requests: list[str | None] = [None] if len(topics) > _TOPICS_ONE_BY_ONE else list(topics)
+        for topic in requests:
             try:
-                answer = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
-                meta = answer.topics.get(topic)
-                if meta is not None and meta.error is None:
-                    self._known_partitions[topic] = frozenset(meta.partitions)
+                if topic is None:
+                    answer = consumer.list_topics(timeout=_METADATA_TIMEOUT_S)
+                else:
+                    answer = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
             except Exception as exc:
-                _log.debug("cluster=%s: metadata of topic %s not fetched: %s", self.cluster_id, topic, exc)
+                _log.debug(
+                    "cluster=%s: metadata of %s not fetched: %s", self.cluster_id, topic or topics, exc
+                )
+                continue
+            for name in topics if topic is None else [topic]:
+                meta = answer.topics.get(name)
+                if meta is not None and meta.error is None:
+                    known[name] = frozenset(meta.partitions)
 
     def _progress_changed(self) -> None:
         """Recompute what the hot path looks up once per batch (after splits came or went)."""

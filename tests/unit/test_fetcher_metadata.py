@@ -29,10 +29,17 @@ class FakeConsumer:
         with self.lock:
             self.calls.append((call, arg))
 
-    def list_topics(self, topic: str, timeout: float) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         self._record("metadata", topic)
-        parts = {p: None for p in range(self.partitions.get(topic, 0))}
-        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=parts)})
+        names = list(self.partitions) if topic is None else [topic]
+        return SimpleNamespace(
+            topics={
+                name: SimpleNamespace(
+                    error=None, partitions=dict.fromkeys(range(self.partitions.get(name, 0)))
+                )
+                for name in names
+            }
+        )
 
     def incremental_assign(self, tps: list[Any]) -> None:
         self._record("assign", sorted((tp.topic, tp.partition) for tp in tps))
@@ -169,3 +176,23 @@ def test_consumer_defaults_for_quick_first_records_unless_a_property_says_otherw
     assert conf({}, {"reconnect.backoff.ms": "100"})["reconnect.backoff.ms"] == "100"
     assert conf({"fetch.wait.max.ms": "500"}, {})["fetch.wait.max.ms"] == "500"
     assert conf({"fetch.wait.max.ms": "500"}, {"fetch.wait.max.ms": "20"})["fetch.wait.max.ms"] == "20"
+
+
+def test_many_new_topics_at_once_take_one_metadata_request_for_the_cluster() -> None:
+    topics = {f"t{i}": 1 for i in range(6)}
+    consumer = FakeConsumer(topics)
+    settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
+    fetcher = ClusterFetcher("east", {}, settings, _Context(), lambda ids: None, consumer=consumer)
+    fetcher.start()
+    try:
+        fetcher.add_splits([_split(t, 0) for t in topics])
+        assert _wait_for(consumer, 2) == [("metadata", None), ("assign", [(t, 0) for t in sorted(topics)])]
+        fetcher.remove_topics(["t0"])
+        fetcher.add_splits([_split("t0", 0)])  # one topic again: asked for by name
+        assert _wait_for(consumer, 5)[2:] == [
+            ("unassign", [("t0", 0)]),
+            ("metadata", "t0"),
+            ("assign", [("t0", 0)]),
+        ]
+    finally:
+        fetcher.stop()
