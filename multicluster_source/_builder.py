@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self, TypedDict
+from typing import Self, TypedDict
 
 from multicluster_source.enumerator._offsets import OffsetsInitializer
 from multicluster_source.enumerator._standby import (
@@ -24,7 +24,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._clientprops import validate_client_properties
 from multicluster_source.framework._javaprops import translate_java_properties
 from multicluster_source.framework._options import SourceOptions, split_properties
-from multicluster_source.framework._records import RawRecord
+from multicluster_source.framework._records import Deserializer
 from multicluster_source.framework._watermarks import WatermarkStrategy
 from multicluster_source.metadata._model import TOPIC_RE, KafkaMetadataService
 from multicluster_source.metadata._subscriber import (
@@ -37,8 +37,6 @@ from multicluster_source.ops._topic_stores import KafkaTopicStatusStore, TopicSt
 __all__ = ["Deserializer", "RackIdSupplier", "SourceArguments", "SourceBuilderBase"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-
-Deserializer = Callable[[RawRecord], Any]
 
 
 RackIdSupplier = Callable[[str, "str | None"], "str | None"]

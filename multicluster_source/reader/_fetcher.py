@@ -229,13 +229,13 @@ class ClusterFetcher:
                 if gone:
                     consumer.incremental_unassign([TopicPartition(t, p) for t, p in gone])
                 ids = [self._progress.pop(tp).split_id for tp in gone]
+                self._progress_changed()
                 with self._lock:
                     self._outstanding -= set(ids)
                 for topic in arg:
                     self._known_partitions.pop(topic, None)  # if it comes back, it may be a new topic
                     self._s.metrics.remove_topic(self.cluster_id, topic)
         if changed:
-            self._progress_changed()
             self._pauses.apply(consumer, self._progress)
 
     def _learn_topics(self, consumer: Any, splits: Sequence[KafkaPartitionSplit]) -> None:

@@ -14,19 +14,17 @@ position still counts as delivered, as the record was read).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._records import (
-    RawRecord,
+    Deserializer,
     SourceRecord,
     deserialized_record,
     raw_record,
     records_of,
 )
-
-Deserializer = Callable[[RawRecord], Any]
 
 
 class RecordMaker:

@@ -19,7 +19,7 @@ from multicluster_source.framework._interfaces import (
     SplitEnumeratorContext,
 )
 from multicluster_source.framework._options import SourceOptions
-from multicluster_source.framework._records import RawRecord
+from multicluster_source.framework._records import Deserializer
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
 from multicluster_source.runtime._messages import Handler
@@ -41,7 +41,7 @@ class SourceFactory(Protocol):
 
     name: str
     options: SourceOptions
-    deserializer: Callable[[RawRecord], Any] | None
+    deserializer: Deserializer | None
     """Applied on the record path (``poll``, iteration, the default push handler), never to batches."""
 
     @property
