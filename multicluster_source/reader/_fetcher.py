@@ -31,11 +31,9 @@ from multicluster_source.reader._batches import counts_per_topic, without_from
 from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
+from multicluster_source.reader._warm import WarmConsumer, learn_topics
 
 _log = logging.getLogger("multicluster_source.reader")
-
-_METADATA_TIMEOUT_S = 2.0
-_TOPICS_ONE_BY_ONE = 4  # more new topics at once: one metadata request for the whole cluster
 
 
 class _Progress:
@@ -61,6 +59,7 @@ class ClusterFetcher:
         on_finished: Callable[[list[str]], None],
         consumer: Any = None,
     ) -> None:
+        """``consumer``: a client to use instead of a new one, or a :class:`WarmConsumer` to take over."""
         self.cluster_id = cluster_id
         self._warm_consumer = consumer
         self._conf = conf
@@ -144,8 +143,12 @@ class ClusterFetcher:
     def _run(self) -> None:
         consumer: Any = None
         try:
-            consumer = self._warm_consumer or self._s.consumer_factory(self._conf)
-            self._warm_consumer = None
+            warm, self._warm_consumer = self._warm_consumer, None
+            if isinstance(warm, WarmConsumer):
+                consumer = warm.take()
+                self._known_partitions.update(warm.known_partitions)
+            else:
+                consumer = warm or self._s.consumer_factory(self._conf)
             self._loop(consumer)
         except BaseException as exc:
             if not self._stopping.is_set():
@@ -243,25 +246,11 @@ class ClusterFetcher:
         seen in a metadata answer yet (a new topic, partitions added to a topic, a topic added again), before
         assigning them. librdkafka otherwise starts fetching such a partition only after its next metadata
         refresh: 0.9-1.5 s after ``incremental_assign`` was measured on Apache Kafka, against ~0.015 s with
-        the metadata at hand. One round trip per such topic, or one for the cluster when many come at once."""
+        the metadata at hand."""
         known = self._known_partitions
-        topics = sorted({s.topic for s in splits if s.partition not in known.get(s.topic, ())})
-        requests: list[str | None] = [None] if len(topics) > _TOPICS_ONE_BY_ONE else list(topics)
-        for topic in requests:
-            try:
-                if topic is None:
-                    answer = consumer.list_topics(timeout=_METADATA_TIMEOUT_S)
-                else:
-                    answer = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
-            except Exception as exc:
-                _log.debug(
-                    "cluster=%s: metadata of %s not fetched: %s", self.cluster_id, topic or topics, exc
-                )
-                continue
-            for name in topics if topic is None else [topic]:
-                meta = answer.topics.get(name)
-                if meta is not None and meta.error is None:
-                    known[name] = frozenset(meta.partitions)
+        topics = {s.topic for s in splits if s.partition not in known.get(s.topic, ())}
+        if topics:
+            learn_topics(self.cluster_id, consumer, topics, known)
 
     def _progress_changed(self) -> None:
         """Recompute what the hot path looks up once per batch (after splits came or went)."""
@@ -288,9 +277,6 @@ class ClusterFetcher:
         if messages:
             messages = self._advance(consumer, messages, positions, moved, finished)
         if messages or positions:
-            paused = self._ctx.is_buffer_full()
-            if paused:
-                consumer.pause(consumer.assignment())
             times = None
             if self._s.event_times is not None:  # a watermark strategy: event times per split
                 times = kafka_event_times(self.cluster_id, messages, *self._split_hint)
@@ -298,8 +284,6 @@ class ClusterFetcher:
             delivered = self._ctx.emit(
                 RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
             )
-            if paused:
-                self._pauses.resume_others(consumer)
             if not delivered:
                 return  # stopping: positions stay where the last handed-on batch left them
             for prog in moved:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,11 +28,14 @@ from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import ReaderSettings
+from multicluster_source.reader._warm import WarmConsumer
 
 _log = logging.getLogger("multicluster_source.reader")
 
 DEFAULT_FETCH_WAIT_MAX_MS = 100
 """The source's default for librdkafka's ``fetch.wait.max.ms`` (a client or cluster property overrides it)."""
+_AHEAD_S = 30.0
+"""How long a client opened for a cluster new in the metadata waits for this reader's first split of it."""
 
 
 class FetchBrokerStats:
@@ -74,7 +77,8 @@ class MultiClusterReader:
         self._no_more_splits = False
         self._closed = False
         self._standby: dict[str, KafkaPartitionSplit] = {}
-        self._warm: dict[str, Any] = {}
+        self._warm: dict[str, WarmConsumer] = {}
+        self._ahead: dict[str, float] = {}  # cluster id -> monotonic time its client opened ahead is closed
         self._stats: dict[str, FetchBrokerStats] = {}
         self._held: SplitsPausedEvent | None = None  # watermark alignment: splits to pause, limit
 
@@ -173,34 +177,34 @@ class MultiClusterReader:
         self._sync_warm()
 
     def _sync_warm(self) -> None:
-        """Keep one connected, idle consumer per cluster this reader stands by for and does not read."""
+        """Keep one connected, idle consumer per cluster this reader does not read yet and stands by for, or
+        may read soon: a cluster new in the metadata, for up to ``_AHEAD_S`` until its splits come."""
         metadata = self._metadata or {}
-        wanted = {
-            s.cluster_id
-            for s in self._standby.values()
-            if s.cluster_id in metadata and s.cluster_id not in self._fetchers
+        now = time.monotonic()
+        self._ahead = {
+            cid: until
+            for cid, until in self._ahead.items()
+            if until > now and cid in metadata and cid not in self._fetchers
         }
+        standby = {s.cluster_id for s in self._standby.values()}
+        wanted = {cid for cid in standby | set(self._ahead) if cid in metadata and cid not in self._fetchers}
         for cid in sorted(set(self._warm) - wanted):
             self._close_warm(cid)
         for cid in sorted(wanted - set(self._warm)):
-            consumer = self._s.fetch.consumer_factory(self._client_conf(metadata[cid]))
-            self._warm[cid] = consumer
-            topic = next(iter(sorted(s.topic for s in self._standby.values() if s.cluster_id == cid)))
-            threading.Thread(
-                target=_connect,
-                args=(consumer, topic),
-                name=f"mcs-warm-{self._s.fetch.source_name}-{self.index}-{cid}",
-                daemon=True,
-            ).start()
-            _log.info("reader=%d cluster=%s: standby client ready to take over", self.index, cid)
+            topics = sorted(s.topic for s in self._standby.values() if s.cluster_id == cid)
+            self._warm[cid] = WarmConsumer(
+                cid,
+                self._s.fetch.consumer_factory(self._client_conf(metadata[cid])),
+                topics or metadata[cid].topics,
+                f"mcs-warm-{self._s.fetch.source_name}-{self.index}-{cid}",
+            )
+            why = "standby client ready to take over" if cid in standby else "client connecting ahead"
+            _log.info("reader=%d cluster=%s: %s", self.index, cid, why)
 
     def _close_warm(self, cluster_id: str) -> None:
-        consumer = self._warm.pop(cluster_id, None)
-        if consumer is not None:
-            try:
-                consumer.close()
-            except Exception as exc:
-                _log.warning("cluster=%s: standby consumer close failed: %s", cluster_id, exc)
+        warm = self._warm.pop(cluster_id, None)
+        if warm is not None:
+            warm.close()
 
     def handle_source_event(self, event: SourceEvent) -> None:
         """Follow a metadata update: touch only the clusters that changed."""
@@ -221,6 +225,9 @@ class MultiClusterReader:
         new = dict(event.clusters)
         old = self._metadata or {}
         self._metadata = new
+        until = time.monotonic() + _AHEAD_S
+        for cid in sorted(set(new) - set(old) - set(self._fetchers)):
+            self._ahead[cid] = until
         for cid in sorted(set(self._warm)):
             if cid not in new or not old.get(cid, new[cid]).same_connection(new[cid]):
                 self._close_warm(cid)
@@ -266,6 +273,8 @@ class MultiClusterReader:
                 break
         if finished:
             self._ctx.send_event_to_enumerator(SplitsFinishedEvent(frozenset(finished)))
+        if self._ahead and min(self._ahead.values()) <= time.monotonic():
+            self._sync_warm()  # a client opened ahead of splits that did not come is closed
 
     def is_finished(self) -> bool:
         """No more splits will come and none is left to read."""
@@ -294,11 +303,3 @@ class MultiClusterReader:
             "warm_clients": sorted(self._warm),
             "fetching_from": {cid: dict(st.partitions) for cid, st in sorted(self._stats.items())},
         }
-
-
-def _connect(consumer: Any, topic: str) -> None:
-    """Open a standby consumer's connections (metadata of one of its topics), off the reader thread."""
-    try:
-        consumer.list_topics(topic=topic, timeout=10.0)
-    except Exception as exc:  # a standby that cannot connect yet still takes over later
-        _log.debug("standby consumer could not connect yet: %s", exc)

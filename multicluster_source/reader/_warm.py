@@ -1,0 +1,127 @@
+"""Consumers opened ahead of their splits: connected, with the metadata of their cluster's topics at hand.
+
+A reader opens one for a cluster it may soon read and does not read yet: at start-up and when a cluster is
+added (while the enumerator still discovers the splits), and for the clusters it stands by for (rack-aware
+standbys). Connecting (bootstrap, metadata, the connection to each partition leader) takes a few round trips
+that would otherwise come after the first split was assigned; librdkafka also starts fetching a partition
+assigned before its topic's metadata is known only after its next metadata refresh.
+
+Threads: the owning reader's thread creates and closes a :class:`WarmConsumer`; a thread of its own
+(``mcs-warm-...``) connects it; the fetcher that takes it over calls :meth:`WarmConsumer.take` on its fetch
+thread, which waits for connecting to end. Whoever closes it last closes the client, never while the
+connecting thread still uses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+_log = logging.getLogger("multicluster_source.reader")
+
+METADATA_TIMEOUT_S = 2.0
+_CONNECT_TIMEOUT_S = 10.0
+_TOPICS_ONE_BY_ONE = 4  # more topics at once: one metadata request for the whole cluster
+
+
+def learn_topics(
+    cluster_id: str, consumer: Any, topics: Iterable[str], known: dict[str, frozenset[int]]
+) -> dict[str, Any]:
+    """Ask ``consumer`` for the metadata of ``topics``; put the partitions of each that exists in ``known``
+    and return its metadata (``confluent_kafka.admin.TopicMetadata``) by name.
+
+    One request per topic, or one for the whole cluster when more than a few are asked for at once. A failed
+    request is logged (debug) and skipped: the client learns the topic at its next metadata refresh anyway.
+    """
+    found: dict[str, Any] = {}
+    wanted = sorted(set(topics))
+    requests: list[str | None] = [None] if len(wanted) > _TOPICS_ONE_BY_ONE else list(wanted)
+    for topic in requests:
+        try:
+            if topic is None:
+                answer = consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+            else:
+                answer = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        except Exception as exc:
+            _log.debug("cluster=%s: metadata of %s not fetched: %s", cluster_id, topic or wanted, exc)
+            continue
+        for name in wanted if topic is None else [topic]:
+            meta = answer.topics.get(name)
+            if meta is not None and meta.error is None:
+                known[name] = frozenset(meta.partitions)
+                found[name] = meta
+    return found
+
+
+def leader_partitions(topics: dict[str, Any]) -> list[tuple[str, int]]:
+    """One ``(topic, partition)`` for each partition leader among ``topics`` (name -> TopicMetadata)."""
+    picked: dict[int, tuple[str, int]] = {}
+    for topic, meta in sorted(topics.items()):
+        for partition, info in sorted(meta.partitions.items()):
+            if info.leader >= 0:
+                picked.setdefault(info.leader, (topic, partition))
+    return sorted(picked.values())
+
+
+class WarmConsumer:
+    """A consumer of one cluster, connecting on its own thread until a fetcher takes it over."""
+
+    def __init__(self, cluster_id: str, consumer: Any, topics: Iterable[str], thread_name: str) -> None:
+        """Start connecting ``consumer`` and learning the metadata of ``topics``."""
+        self.cluster_id = cluster_id
+        self.known_partitions: dict[str, frozenset[int]] = {}
+        """Partitions per topic, from the metadata answers while connecting."""
+        self._consumer = consumer
+        self._topics = sorted(set(topics))
+        self._lock = threading.Lock()
+        self._closed = False
+        self._taken = False
+        self._done = False  # connecting ended
+        self._thread = threading.Thread(target=self._connect, name=thread_name, daemon=True)
+        self._thread.start()
+
+    def _connect(self) -> None:
+        try:
+            found = learn_topics(self.cluster_id, self._consumer, self._topics, self.known_partitions)
+            from confluent_kafka import TopicPartition
+
+            for topic, partition in leader_partitions(found):
+                if self._closed:
+                    return
+                # a ListOffsets request goes to the partition's leader: its connection is open afterwards
+                self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=_CONNECT_TIMEOUT_S, cached=False
+                )
+        except Exception as exc:  # a client that cannot connect yet still reads later
+            _log.debug("cluster=%s: consumer could not connect ahead: %s", self.cluster_id, exc)
+        finally:
+            with self._lock:
+                self._done = True
+                close = self._closed and not self._taken
+            if close:
+                self._close_client()
+
+    def take(self) -> Any:
+        """The consumer, once connecting ended (fetch thread); the fetcher closes it from then on."""
+        self._thread.join(timeout=_CONNECT_TIMEOUT_S * 2)
+        with self._lock:
+            self._taken = True
+        return self._consumer
+
+    def close(self) -> None:
+        """Close the consumer (now, or when connecting ends); not after :meth:`take`."""
+        with self._lock:
+            if self._closed or self._taken:
+                return
+            self._closed = True
+            connected = self._done
+        if connected:
+            self._close_client()
+
+    def _close_client(self) -> None:
+        try:
+            self._consumer.close()
+        except Exception as exc:
+            _log.warning("cluster=%s: consumer close failed: %s", self.cluster_id, exc)

@@ -1,0 +1,191 @@
+"""Clients opened ahead of their splits (reader/_warm.py): what they ask while connecting, and that each is
+closed exactly once, whoever comes last: the connecting thread, the reader closing it, or the fetcher that
+took it over. A fake consumer records the calls; a gate holds its first request to order the threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from multicluster_source.reader._warm import WarmConsumer, leader_partitions, learn_topics
+
+
+class FakeConsumer:
+    """Topics with ``partitions`` partitions each, partition p led by broker ``p % brokers``."""
+
+    def __init__(self, partitions: dict[str, int], brokers: int = 2, gate: threading.Event | None = None):
+        self.partitions = partitions
+        self.brokers = brokers
+        self.gate = gate
+        self.calls: list[tuple[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def _record(self, call: str, arg: Any) -> None:
+        with self.lock:
+            self.calls.append((call, arg))
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self._record("metadata", topic)
+        names = list(self.partitions) if topic is None else [topic]
+        return SimpleNamespace(
+            topics={
+                name: SimpleNamespace(
+                    error=None,
+                    partitions={
+                        p: SimpleNamespace(leader=p % self.brokers) for p in range(self.partitions[name])
+                    },
+                )
+                for name in names
+                if name in self.partitions
+            }
+        )
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
+        self._record("offsets", (tp.topic, tp.partition, cached))
+        return (0, 0)
+
+    def close(self) -> None:
+        self._record("close", None)
+
+    # what a fetcher calls on a consumer it reads with (no records here)
+
+    def incremental_assign(self, tps: list[Any]) -> None:
+        self._record("assign", sorted((tp.topic, tp.partition) for tp in tps))
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        return []
+
+    def poll(self, timeout: float) -> None:
+        time.sleep(min(timeout, 0.01))
+
+    def position(self, tps: list[Any]) -> list[Any]:
+        return tps
+
+    def count(self, call: str) -> int:
+        with self.lock:
+            return sum(1 for c, _ in self.calls if c == call)
+
+
+def test_learn_topics_asks_one_by_one_then_for_the_whole_cluster() -> None:
+    few = FakeConsumer({"a": 2, "b": 3})
+    known: dict[str, frozenset[int]] = {}
+    found = learn_topics("east", few, ["b", "a", "missing"], known)
+    assert [arg for call, arg in few.calls] == ["a", "b", "missing"]
+    assert known == {"a": frozenset({0, 1}), "b": frozenset({0, 1, 2})}
+    assert sorted(found) == ["a", "b"]
+
+    many = FakeConsumer({f"t{i}": 1 for i in range(6)})
+    learn_topics("east", many, [f"t{i}" for i in range(6)], known)
+    assert many.calls == [("metadata", None)]
+    assert known["t5"] == frozenset({0})
+
+
+def test_learn_topics_skips_a_failed_request() -> None:
+    class Failing(FakeConsumer):
+        def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+            raise RuntimeError("broker down")
+
+    known: dict[str, frozenset[int]] = {}
+    assert learn_topics("east", Failing({"a": 1}), ["a"], known) == {}
+    assert known == {}
+
+
+def test_one_partition_per_leader() -> None:
+    found = FakeConsumer({"a": 4, "b": 4}, brokers=3).list_topics().topics
+    assert leader_partitions(found) == [("a", 0), ("a", 1), ("a", 2)]
+
+
+def test_connects_to_every_leader_and_hands_its_metadata_over() -> None:
+    consumer = FakeConsumer({"a": 4}, brokers=2)
+    warm = WarmConsumer("east", consumer, ["a"], "mcs-warm-test")
+    assert warm.take() is consumer
+    assert consumer.count("offsets") == 2  # one ListOffsets per leader: brokers 0 and 1
+    assert warm.known_partitions == {"a": frozenset(range(4))}
+    warm.close()  # taken over: the fetcher closes it, not this
+    assert consumer.count("close") == 0
+
+
+def test_closed_while_connecting_is_closed_once_connecting_ends() -> None:
+    gate = threading.Event()
+    consumer = FakeConsumer({"a": 2}, gate=gate)
+    warm = WarmConsumer("east", consumer, ["a"], "mcs-warm-test")
+    warm.close()
+    assert consumer.count("close") == 0  # the connecting thread still uses it
+    gate.set()
+    warm._thread.join(5)
+    assert consumer.count("close") == 1
+    warm.close()
+    assert consumer.count("close") == 1
+
+
+def test_closed_after_connecting_is_closed_at_once() -> None:
+    consumer = FakeConsumer({"a": 2})
+    warm = WarmConsumer("east", consumer, ["a"], "mcs-warm-test")
+    warm._thread.join(5)
+    warm.close()
+    assert consumer.count("close") == 1
+
+
+def test_reader_opens_a_client_per_new_cluster_ahead_and_closes_those_no_split_came_for(
+    monkeypatch: Any,
+) -> None:
+    from multicluster_source.framework._events import MetadataUpdateEvent
+    from multicluster_source.framework._split import KafkaPartitionSplit
+    from multicluster_source.metadata import ClusterMetadata
+    from multicluster_source.reader import _multicluster
+    from multicluster_source.reader._multicluster import MultiClusterReader
+    from multicluster_source.reader._settings import FetchSettings, ReaderSettings
+
+    made: dict[str, FakeConsumer] = {}
+    errors: list[BaseException] = []
+
+    def factory(conf: dict[str, Any]) -> FakeConsumer:
+        cluster = "east" if "east" in conf["bootstrap.servers"] else "west"
+        made[cluster] = FakeConsumer({"orders": 2})
+        return made[cluster]
+
+    class Context:
+        index = 0
+        rack = None
+
+        def emit(self, batch: Any, should_stop: Any) -> bool:
+            return True
+
+        def send_event_to_enumerator(self, event: Any) -> None:
+            pass
+
+        def reader_failed(self, error: BaseException) -> None:
+            errors.append(error)
+
+        fail = reader_failed
+
+    class Metrics:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(_multicluster, "_AHEAD_S", 0.2)
+    fetch = FetchSettings("s", 0, 10, Metrics(), consumer_factory=factory)
+    reader = MultiClusterReader(Context(), ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
+    clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in ("east", "west")}
+    reader.handle_source_event(MetadataUpdateEvent(clusters, 1))
+    assert sorted(made) == ["east", "west"]  # both connecting before any split came
+    assert reader.status()["warm_clients"] == ["east", "west"]
+
+    reader.add_splits([KafkaPartitionSplit("east", "orders", 0, 0)])  # east's client is taken over
+    assert reader.status()["warm_clients"] == ["west"]
+    assert reader.status()["clusters"] == ["east"]
+
+    time.sleep(0.3)  # west's split never came
+    reader.poll_events()
+    assert reader.status()["warm_clients"] == []
+    assert made["west"].count("close") == 1
+    assert made["east"].count("close") == 0  # its fetcher reads with it
+    reader.close()
+    assert made["east"].count("close") == 1  # closed by its fetcher as it stopped
+    assert made["west"].count("close") == 1
+    assert made["east"].count("assign") == 1
+    assert not errors
