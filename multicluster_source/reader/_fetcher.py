@@ -116,9 +116,16 @@ class ClusterFetcher:
         """The splits this fetcher reads now."""
         return self._split_ids
 
+    def begin_stop(self) -> None:
+        """Tell the fetch thread to stop (and wake it if it waits for commands); :meth:`stop` waits for it.
+        Several fetchers stopping at once close their consumers side by side."""
+        if not self._stopping.is_set():
+            self._stopping.set()
+            self._commands.put(("wake", None))
+
     def stop(self) -> list[KafkaPartitionSplit]:
         """Stop, close the consumer, and return the unfinished splits moved to where reading got to."""
-        self._stopping.set()
+        self.begin_stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=30)
             if self._thread.is_alive():
@@ -204,6 +211,8 @@ class ClusterFetcher:
                     kind, arg = self._commands.get_nowait()
             except queue.Empty:
                 break
+            if kind == "wake":
+                continue
             changed = True
             if kind == "add":
                 fresh = [s for s in arg if s.topic_partition not in self._progress]

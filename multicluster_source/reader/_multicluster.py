@@ -288,6 +288,8 @@ class MultiClusterReader:
     def close(self) -> None:
         """Stop every fetcher (their consumers are closed on their threads)."""
         self._closed = True
+        for fetcher in self._fetchers.values():
+            fetcher.begin_stop()
         for cid in list(self._fetchers):
             self._fetchers.pop(cid).stop()
         for cid in list(self._warm):

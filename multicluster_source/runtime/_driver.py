@@ -70,6 +70,7 @@ class Driver:
         self._storage = storage
         self._checkpoint_dir = checkpoint_dir
         self._interval = interval
+        self._told_enumerator = False  # a reader event went to the enumerator since the loop last looked
         self._registry = registry
         self._control = control
         self._stop_event = stop_event
@@ -238,7 +239,8 @@ class Driver:
             except queue.Empty:
                 pass
             now = time.monotonic()
-            if now < next_check:
+            told, self._told_enumerator = self._told_enumerator, False
+            if now < next_check and not (bounded and told):  # a split finished: maybe all did
                 continue
             next_check = now + 0.1
             self._check_heartbeats(now)
@@ -264,6 +266,7 @@ class Driver:
         elif isinstance(message, EventToEnumerator):
             if index not in self._lost and self._coordinator is not None:
                 self._coordinator.deliver_reader_event(index, message.event)
+                self._told_enumerator = True
         elif isinstance(message, Heartbeat):
             self._control._update(index, splits=message.splits)
         elif isinstance(message, TopicRead):

@@ -260,6 +260,8 @@ class WorkerHost:
                     self._send(Delivered(dict(batch.positions), n, times))
                     self._handled += 1
                     self._release_deferred_locked()
+                if self._handoff.empty():  # caught up: the main loop looks at once whether all is read
+                    self._inbox.put(None)
         except DeserializationError as exc:  # policy "fail": bad data fails the run, whichever reader
             self._failure("source", exc)
         except BaseException as exc:

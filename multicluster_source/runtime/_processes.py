@@ -270,7 +270,10 @@ def worker_main(
             try:
                 if not conn.poll(0.1):
                     continue
-                host.deliver(conn.recv())
+                message = conn.recv()
+                host.deliver(message)
+                if isinstance(message, StopWorker):
+                    return  # the driver's last word: the process is ending, no need to wait 0.1 s more
             except (EOFError, OSError):  # the parent is gone
                 host.deliver(StopWorker())
                 return
