@@ -57,7 +57,7 @@ from multicluster_source import (
     StaticMetadataService,
 )
 
-DEFAULT_RECORDS = 1_000_000
+DEFAULT_RECORDS = 2_000_000  # both sides spawn processes (about 0.3 s): a longer run leaves that less weight
 QUICK_RECORDS = 200_000
 COUNTS = (1, 2, 4)
 KINDS = ("raw", "processes-batches", "processes-records", "threads")
