@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from multicluster_source.framework._interfaces import RecordBatch
+from multicluster_source.framework._records import records_of
 from multicluster_source.framework._watermarks import (
     BatchEventTimes,
     WatermarkStrategy,
@@ -19,6 +21,8 @@ from multicluster_source.framework._watermarks import (
     part_event_times,
 )
 from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.ops._metrics_relay import MetricsRecorder, apply_metrics
+from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime._watermarks import WatermarkTracker, assigned_late_counts
 
 Row = tuple[int, str, int | None]  # partition, topic, timestamp (None: the message has none)
@@ -144,3 +148,62 @@ def test_tracker_counts_late_records_of_a_part_of_a_batch() -> None:
     tracker.delivered("c", batch[3:], part_event_times(times, batch[3:], 3))
     assert tracker.watermark == 11
     metrics.close()
+
+
+# ------------------------------------------------------------------------------------ push workers
+
+
+class _Options:
+    deserialization_error_policy = "fail"
+
+
+class _Source:
+    """What a push worker's event-time reporter asks of its source."""
+
+    def __init__(self, strategy: WatermarkStrategy) -> None:
+        self.watermark_strategy = strategy
+        self.deserializer = None
+        self.options = _Options()
+
+
+def test_push_workers_count_late_records_against_the_watermark_they_heard() -> None:
+    recorder = MetricsRecorder("s")
+    report = worker_event_times(_Source(WatermarkStrategy.for_bounded_out_of_orderness(0)), recorder)
+    assert report is not None
+    messages = [msg("a", 0, 0, 10), msg("a", 0, 1, 3), msg("b", 1, 0, 20), msg("a", 0, 2, None)]
+    batch = RecordBatch("c", messages, {}, kafka_event_times("c", messages))
+    assert report(batch, None, None) == {"c/a/0": (3, 10), "c/b/1": (20, 20)}  # no watermark yet
+    assert recorder.drain() is None
+    assert report(batch, None, 10) == {"c/a/0": (3, 10), "c/b/1": (20, 20)}
+    assert report(RecordBatch("c", messages), None, 10) is None  # no event times: nothing to report
+    registry = CollectorRegistry()
+    metrics = SourceMetrics(registry, "s")
+    delta = recorder.drain()
+    assert delta is not None
+    apply_metrics(metrics, delta)
+    late = registry.get_sample_value("multicluster_source_late_records_total", {"cluster": "c", "topic": "a"})
+    assert late == 2
+    assert (
+        registry.get_sample_value("multicluster_source_late_records_total", {"cluster": "c", "topic": "b"})
+        is None
+    )
+    metrics.close()
+
+
+def test_push_workers_with_an_assigner_count_late_records_of_its_times() -> None:
+    recorder = MetricsRecorder("s")
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+        lambda r: int(r.value.decode()) if r.value != b"-" else None
+    )
+    report = worker_event_times(_Source(strategy), recorder)
+    assert report is not None
+    messages = [
+        Message(topic="a", partition=0, offset=i, value=v, timestamp=(1, 999))
+        for i, v in enumerate([b"5", b"7", b"-", b"2"])
+    ]
+    batch = RecordBatch("c", messages, {}, None)
+    assert report(batch, None, 5) == {"c/a/0": (2, 7)}  # records made for the assigner
+    assert report(batch, records_of("c", messages), 1) == {"c/a/0": (2, 7)}
+    delta = recorder.drain()
+    assert delta is not None and delta.steps == (("counts", ((("late", ("c", "a")), (2, 0)),)),)
+    assert worker_event_times(_Source(WatermarkStrategy.no_watermarks()), recorder) is None
