@@ -290,9 +290,15 @@ def late_counts(
     for sid, a, b in times.runs:
         if sid not in wanted:
             continue
-        if times.ends_only:
-            high = bisect_right(messages, watermark, a, b, key=_event_ms)
-            n = max(0, high - bisect_left(messages, 0, a, high, key=_event_ms))
+        if times.ends_only:  # in order within the run: only its ends, or a binary search, are looked at
+            first = _event_ms(messages[a])
+            if first > watermark:
+                continue
+            lo = a if first >= 0 else bisect_left(messages, 0, a, b, key=_event_ms)
+            if _event_ms(messages[b - 1]) <= watermark:
+                n = b - lo
+            else:
+                n = bisect_right(messages, watermark, lo, b, key=_event_ms) - lo
         else:
             n = count_at_or_below(list(map(_stamp, map(_timestamp, messages[a:b]))), watermark)
         if n:
