@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, groupby
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from confluent_kafka import Message
 
@@ -50,6 +50,7 @@ _timestamp: Final = Message.timestamp
 _partition: Final = Message.partition
 _topic: Final = Message.topic
 _stamp: Final = itemgetter(1)
+_partition_index: Final = cast("Callable[[Any], int]", Message.partition)  # a consumed message has one
 
 
 def _seconds(where: str, value: object, *, positive: bool) -> float:
@@ -190,9 +191,10 @@ def kafka_event_times(
     ``split_ids``: the one split all messages belong to, when known (no message is asked for its
     partition). ``topic``: the only topic of the messages, when known. ``ends_only`` (monotonous timestamps):
     only the first and last message of each run of one split are read. Messages without a timestamp are left
-    out; a split with none has no entry. Everything per message is C-level: one ``map`` for the partitions,
-    ``groupby`` for the runs of one split (the client returns each partition's messages together), one
-    ``map`` for the timestamps and ``min``/``max`` per run.
+    out; a split with none has no entry. Everything per message is C-level: one ``map`` for the partitions
+    (into one byte each, with one topic, so that the runs of one split are found by ``bytes.rfind`` and
+    ``bytes.count``; else ``groupby``: the client returns each partition's messages together), one ``map``
+    for the timestamps and ``min``/``max`` per run.
     """
     out = BatchEventTimes(ends_only)
     n = len(messages)
@@ -201,23 +203,46 @@ def kafka_event_times(
     runs = out.runs
     if len(split_ids) == 1:
         runs.append((split_ids[0], 0, n))
-    else:
-        keys: list[Any]
-        if topic is not None:
+        _fill(out, messages, runs)
+        return out
+    keys: Sequence[Any] | None = None
+    if topic is not None:
+        prefix = f"{cluster_id}/{topic}/"
+        try:
+            keys = bytes(
+                map(_partition_index, messages)
+            )  # one byte a message: runs are found at memchr speed
+        except ValueError:  # a partition past 255
             keys = list(map(_partition, messages))
-            prefix = f"{cluster_id}/{topic}/"
-        else:
-            keys = list(zip(map(_topic, messages), map(_partition, messages), strict=True))
-            prefix = f"{cluster_id}/"
-        if keys.count(keys[0]) == n:
-            runs.append((_split_id(prefix, keys[0]), 0, n))
-        else:
-            a = 0
-            for key, group in groupby(keys):
-                b = a + len(list(group))
-                runs.append((_split_id(prefix, key), a, b))
-                a = b
+    else:
+        prefix = f"{cluster_id}/"
+        keys = list(zip(map(_topic, messages), map(_partition, messages), strict=True))
+    whole = _whole_runs(keys) if isinstance(keys, bytes) else None
+    if whole is not None:
+        runs.extend((f"{prefix}{key}", a, b) for key, a, b in whole)
+    elif keys.count(keys[0]) == n:
+        runs.append((_split_id(prefix, keys[0]), 0, n))
+    else:
+        a = 0
+        for key, group in groupby(keys):
+            b = a + len(list(group))
+            runs.append((_split_id(prefix, key), a, b))
+            a = b
     _fill(out, messages, runs)
+    return out
+
+
+def _whole_runs(keys: bytes) -> list[tuple[int, int, int]] | None:
+    """``(key, start, end)`` of each run of ``keys`` when each key makes a single run (else None)."""
+    out: list[tuple[int, int, int]] = []
+    a, n = 0, len(keys)
+    while a < n:
+        key = keys[a]
+        b = keys.rfind(key) + 1  # no earlier run holds this key: each held all of its own
+        if keys.count(key, a, b) != b - a:
+            return None
+        out.append((key, a, b))
+        a = b
     return out
 
 

@@ -85,6 +85,11 @@ def test_runs_cover_the_batch_and_parts_match_their_own_computation(rows: list[R
     part = part_event_times(times, messages[start:end], start)
     assert part == plain_times(rows[start:end])
     assert [i for _sid, a, b in part.runs for i in range(a, b)] == list(range(end - start))
+    one_topic = [(p * 100, "a", ts) for p, _t, ts in rows]  # partitions past 255 too: not one byte each
+    for kept in (one_topic, [(p, "a", ts) for p, _t, ts in rows]):
+        hinted = kafka_event_times("c", messages_of(kept), topic="a")
+        assert hinted == plain_times(kept)
+        assert [i for _sid, a, b in hinted.runs for i in range(a, b)] == list(range(len(kept)))
     ends = kafka_event_times("c", messages_of(monotonous(rows)), ends_only=True)
     assert ends == plain_times(monotonous(rows))
     assert part_event_times(ends, messages_of(monotonous(rows))[start:end], start).ends_only
