@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import records_of
+from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import (
     BatchEventTimes,
     WatermarkStrategy,
@@ -22,6 +23,7 @@ from multicluster_source.framework._watermarks import (
 )
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import MetricsRecorder, apply_metrics
+from multicluster_source.reader._batches import only_split
 from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime._watermarks import WatermarkTracker, assigned_late_counts
 
@@ -212,3 +214,19 @@ def test_push_workers_with_an_assigner_count_late_records_of_its_times() -> None
     delta = recorder.drain()
     assert delta is not None and delta.steps == (("counts", ((("late", ("c", "a")), (2, 0)),)),)
     assert worker_event_times(_Source(WatermarkStrategy.no_watermarks()), recorder) is None
+
+
+class _Progress:
+    def __init__(self, topic: str, partition: int) -> None:
+        self.split = KafkaPartitionSplit("c", topic, partition, 0)
+
+
+def test_a_batch_is_of_one_split_only_when_one_moved_and_its_ends_agree() -> None:
+    one = [msg("a", 1, i, i) for i in range(3)]
+    assert only_split([_Progress("a", 1)], one) == ["c/a/1"]
+    assert only_split([_Progress("a", 1), _Progress("a", 0)], one) == []  # two moved: look them up
+    assert only_split([_Progress("a", 1)], []) == []
+    assert only_split([_Progress("b", 1)], one) == []  # the ends say otherwise: look them up
+    assert only_split([_Progress("a", 1)], [*one, msg("a", 0, 0, 0)]) == []
+    times = kafka_event_times("c", one, only_split([_Progress("a", 1)], one))
+    assert times == {"c/a/1": (0, 2)} and times.runs == [("c/a/1", 0, 3)]
