@@ -6,7 +6,9 @@
     strategies, alternating and repeated: ``none`` (``no_watermarks()``, the default), ``bounded``
     (``for_bounded_out_of_orderness(5)``: every message's timestamp is read, in the fetch thread) and
     ``monotonous``; each run also reads ``stream.watermark`` after every call. Records/s from the first
-    record to the N-th, median; the cost is ``1 - strategy / none``.
+    record to the N-th, median; the cost is ``1 - strategy / none``. Also the process's CPU time per record
+    over the same span (all threads), median, and its cost ``strategy / none - 1``: less disturbed than
+    wall-clock rates by other work on the machine.
 ``propagation``
     The push API (``runtime="threads"``, one reader, one partition of N records): each batch handler notes
     when it returns and the watermark its records give; a monitor thread polls ``RunControl.watermark``
@@ -76,11 +78,14 @@ def _source(cluster: Cluster, topic: str, strategy: WatermarkStrategy) -> MultiC
 
 
 def drain_batches(cluster: Cluster, topic: str, n: int, strategy: WatermarkStrategy) -> dict[str, float]:
-    """Records/s from the first record to the n-th, and the mean time of a ``stream.watermark`` read."""
+    """Records/s from the first record to the n-th, the process's CPU time per record over the same span
+    (every thread: the caller's, the fetch thread's and the client's), and the mean time of a
+    ``stream.watermark`` read."""
     got = 0
     reads = 0
     read_s = 0.0
     first: float | None = None
+    cpu_first = 0.0
     with _source(cluster, topic, strategy).open(registry=CollectorRegistry()) as stream:
         while got < n:
             for batch in stream.poll_batches(timeout=1.0, max_records=10_000):
@@ -88,14 +93,18 @@ def drain_batches(cluster: Cluster, topic: str, n: int, strategy: WatermarkStrat
                     m.value()
                 got += len(batch)
                 if first is None:
-                    first = time.perf_counter()
+                    first, cpu_first = time.perf_counter(), time.process_time()
             t = time.perf_counter()
             stream.watermark  # noqa: B018  (what a job reads after each call)
             read_s += time.perf_counter() - t
             reads += 1
-        end = time.perf_counter()
+        end, cpu_end = time.perf_counter(), time.process_time()
     assert first is not None
-    return {"records_per_second": n / (end - first), "watermark_read_us": read_s / reads * 1e6}
+    return {
+        "records_per_second": n / (end - first),
+        "cpu_ns_per_record": (cpu_end - cpu_first) / n * 1e9,
+        "watermark_read_us": read_s / reads * 1e6,
+    }
 
 
 class _Notes:
@@ -245,8 +254,11 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
     for _ in range(repeats):
         for name, strategy in STRATEGIES.items():
             runs[name].append(drain_batches(cluster, data.topic, records, strategy))
-            print(f"  {name}: {runs[name][-1]['records_per_second']:,.0f} rec/s", flush=True)
+            last = runs[name][-1]
+            rate, cpu_ns = last["records_per_second"], last["cpu_ns_per_record"]
+            print(f"  {name}: {rate:,.0f} rec/s, {cpu_ns:.0f} ns CPU/record", flush=True)
     medians = {k: statistics.median(r["records_per_second"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["cpu_ns_per_record"] for r in v) for k, v in runs.items()}
     reads = {k: statistics.median(r["watermark_read_us"] for r in v) for k, v in runs.items()}
     single = produce_records(cluster, records, partitions=1)
     prop = propagation(cluster, single.topic, records)
@@ -257,6 +269,8 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
             "records_per_second_median": medians,
             "runs": runs,
             "cost": {k: 1 - medians[k] / medians["none"] for k in STRATEGIES if k != "none"},
+            "cpu_ns_per_record_median": cpu,
+            "cpu_cost": {k: cpu[k] / cpu["none"] - 1 for k in STRATEGIES if k != "none"},
             "watermark_read_us_median": reads,
         },
         "propagation": prop,
@@ -266,13 +280,19 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
 
 def format_table(result: dict[str, Any]) -> str:
     t = result["throughput"]
+    cpu = t.get("cpu_ns_per_record_median", {})
     lines = [
-        "| strategy | records/s (median) | cost vs none | `stream.watermark` read |",
-        "|---|---|---|---|",
+        "| strategy | records/s (median) | cost vs none | CPU ns/record (median) | CPU cost | "
+        "`stream.watermark` read |",
+        "|---|---|---|---|---|---|",
     ]
     for k, v in t["records_per_second_median"].items():
         cost = "" if k == "none" else f"{t['cost'][k] * 100:.1f} %"
-        lines.append(f"| {k} | {v:,.0f} | {cost} | {t['watermark_read_us_median'][k]:.1f} µs |")
+        cpu_k = f"{cpu[k]:.0f}" if k in cpu else "-"
+        cpu_cost = "" if k == "none" or k not in cpu else f"{t['cpu_cost'][k] * 100:.1f} %"
+        lines.append(
+            f"| {k} | {v:,.0f} | {cost} | {cpu_k} | {cpu_cost} | {t['watermark_read_us_median'][k]:.1f} µs |"
+        )
     p = result["propagation"]
     lines.append("")
     lines.append(

@@ -15,24 +15,29 @@ nor counts as late.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import compress, pairwise
-from operator import ne
-from typing import Any, Final
+from itertools import compress, groupby
+from operator import itemgetter
+from typing import Any, Final, cast
 
 from confluent_kafka import Message
 
 from multicluster_source.exceptions import ConfigurationError, SourceFailedError
 
 __all__ = [
+    "BatchEventTimes",
     "EventTimes",
     "TimestampAssigner",
     "WatermarkAlignment",
     "WatermarkStrategy",
     "assigned_event_times",
+    "count_at_or_below",
     "fetch_event_times",
     "kafka_event_times",
+    "late_counts",
+    "part_event_times",
 ]
 
 TimestampAssigner = Callable[[Any], "int | None"]
@@ -44,6 +49,8 @@ EventTimes = Mapping[str, tuple[int, int]]
 _timestamp: Final = Message.timestamp
 _partition: Final = Message.partition
 _topic: Final = Message.topic
+_stamp: Final = itemgetter(1)
+_partition_index: Final = cast("Callable[[Any], int]", Message.partition)  # a consumed message has one
 
 
 def _seconds(where: str, value: object, *, positive: bool) -> float:
@@ -156,67 +163,184 @@ def fetch_event_times(strategy: WatermarkStrategy) -> str | None:
     return "ends" if strategy.monotonous else "all"
 
 
+class BatchEventTimes(dict[str, tuple[int, int]]):
+    """:data:`EventTimes` of one batch (split id -> (smallest, largest) event time), which also knows where
+    each split's messages lie in it: ``runs`` are ``(split id, start, end)`` of each stretch of messages of
+    one split, in batch order, and ``ends_only`` says the times were read at the ends of each run only
+    (monotonous timestamps). The runs let late records be counted for one split at a time, and a part of the
+    batch have its times without asking any message for its topic or partition (:func:`part_event_times`).
+    """
+
+    __slots__ = ("ends_only", "runs")
+
+    def __init__(self, ends_only: bool = False) -> None:
+        super().__init__()
+        self.ends_only = ends_only
+        self.runs: list[tuple[str, int, int]] = []
+
+
 def kafka_event_times(
     cluster_id: str,
     messages: Sequence[Any],
     split_ids: Sequence[str] = (),
     topic: str | None = None,
     ends_only: bool = False,
-) -> dict[str, tuple[int, int]]:
+) -> BatchEventTimes:
     """split id -> (smallest, largest) Kafka timestamp of ``messages`` (one cluster's client messages).
 
     ``split_ids``: the one split all messages belong to, when known (no message is asked for its
     partition). ``topic``: the only topic of the messages, when known. ``ends_only`` (monotonous timestamps):
     only the first and last message of each run of one split are read. Messages without a timestamp are left
-    out; a split with none has no entry. Everything per message is a C-level ``map``; the runs of one split
-    (the client returns each partition's messages together) are found by comparing neighbours.
+    out; a split with none has no entry. Everything per message is C-level: one ``map`` for the partitions
+    (into one byte each, with one topic, so that the runs of one split are found by ``bytes.rfind`` and
+    ``bytes.count``; else ``groupby``: the client returns each partition's messages together), one ``map``
+    for the timestamps and ``min``/``max`` per run.
     """
+    out = BatchEventTimes(ends_only)
     n = len(messages)
     if not n:
-        return {}
-    runs: list[tuple[Any, int, int]]
-    keys: list[Any] | None = None
+        return out
+    runs = out.runs
     if len(split_ids) == 1:
-        runs = [(None, 0, n)]
-    else:
-        if topic is not None:
+        runs.append((split_ids[0], 0, n))
+        _fill(out, messages, runs)
+        return out
+    keys: Sequence[Any] | None = None
+    if topic is not None:
+        prefix = f"{cluster_id}/{topic}/"
+        try:
+            keys = bytes(
+                map(_partition_index, messages)
+            )  # one byte a message: runs are found at memchr speed
+        except ValueError:  # a partition past 255
             keys = list(map(_partition, messages))
-        else:
-            keys = list(zip(map(_topic, messages), map(_partition, messages), strict=True))
-        if keys.count(keys[0]) == n:
-            runs = [(keys[0], 0, n)]
-        else:
-            cuts = [0, *compress(range(1, n), map(ne, keys[1:], keys[:-1])), n]
-            runs = [(keys[a], a, b) for a, b in pairwise(cuts)]
-    stamps = None if ends_only else list(map(_timestamp, messages))
-    out: dict[str, tuple[int, int]] = {}
-    for key, a, b in runs:
-        if stamps is None:
-            low, high = _timestamp(messages[a]), _timestamp(messages[b - 1])
-            if not (low[0] and high[0]):
-                low, high = _present(list(map(_timestamp, messages[a:b])))
-        else:
-            seg = stamps[a:b]
-            low, high = min(seg), max(seg)
-            if not low[0] or low[0] != high[0]:  # a message without timestamp, or two timestamp types
-                low, high = _present(seg)
-        if not low[0]:
-            continue
-        if key is None:
-            sid = split_ids[0]
-        elif topic is not None:
-            sid = f"{cluster_id}/{topic}/{key}"
-        else:
-            sid = f"{cluster_id}/{key[0]}/{key[1]}"
-        seen = out.get(sid)
-        out[sid] = (low[1], high[1]) if seen is None else (min(seen[0], low[1]), max(seen[1], high[1]))
+    else:
+        prefix = f"{cluster_id}/"
+        keys = list(zip(map(_topic, messages), map(_partition, messages), strict=True))
+    whole = _whole_runs(keys) if isinstance(keys, bytes) else None
+    if whole is not None:
+        runs.extend((f"{prefix}{key}", a, b) for key, a, b in whole)
+    elif keys.count(keys[0]) == n:
+        runs.append((_split_id(prefix, keys[0]), 0, n))
+    else:
+        a = 0
+        for key, group in groupby(keys):
+            b = a + len(list(group))
+            runs.append((_split_id(prefix, key), a, b))
+            a = b
+    _fill(out, messages, runs)
     return out
 
 
-def _present(stamps: list[tuple[int, int]]) -> tuple[tuple[int, int], tuple[int, int]]:
-    """Smallest and largest of the timestamps that exist (``(0, -1)`` twice when none does)."""
-    times = [t for kind, t in stamps if kind]
-    return ((1, min(times)), (1, max(times))) if times else ((0, -1), (0, -1))
+def _whole_runs(keys: bytes) -> list[tuple[int, int, int]] | None:
+    """``(key, start, end)`` of each run of ``keys`` when each key makes a single run (else None)."""
+    out: list[tuple[int, int, int]] = []
+    a, n = 0, len(keys)
+    while a < n:
+        key = keys[a]
+        b = keys.rfind(key) + 1  # no earlier run holds this key: each held all of its own
+        if keys.count(key, a, b) != b - a:
+            return None
+        out.append((key, a, b))
+        a = b
+    return out
+
+
+def _split_id(prefix: str, key: Any) -> str:
+    return f"{prefix}{key}" if isinstance(key, int) else f"{prefix}{key[0]}/{key[1]}"
+
+
+def _fill(out: BatchEventTimes, messages: Sequence[Any], runs: Sequence[tuple[str, int, int]]) -> None:
+    """Put the smallest and largest timestamp of each run's messages into ``out``."""
+    # runs cover all of ``messages`` (a batch, or a part of one with its runs cut to it)
+    stamps = None if out.ends_only else list(map(_stamp, map(_timestamp, messages)))
+    for sid, a, b in runs:
+        if stamps is None:
+            low, high = _stamp(_timestamp(messages[a])), _stamp(_timestamp(messages[b - 1]))
+            if low < 0 or high < 0:  # a message without timestamp at an end: look at all of the run
+                low, high = _present(list(map(_stamp, map(_timestamp, messages[a:b]))))
+        else:
+            seg = stamps if b - a == len(stamps) else stamps[a:b]
+            low, high = min(seg), max(seg)
+            if low < 0:  # a message without timestamp (-1) in the run
+                low, high = _present(seg)
+        if high < 0:
+            continue
+        seen = out.get(sid)
+        out[sid] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
+
+
+def _present(stamps: list[int]) -> tuple[int, int]:
+    """Smallest and largest of the timestamps that exist (``(-1, -1)`` when none does)."""
+    times = [t for t in stamps if t >= 0]
+    return (min(times), max(times)) if times else (-1, -1)
+
+
+def part_event_times(times: BatchEventTimes, part: Sequence[Any], start: int) -> BatchEventTimes:
+    """The event times of ``part``, the messages of the batch ``times`` belongs to from index ``start`` on,
+    from the batch's runs (no message is asked for its split); the part's runs count from its own start."""
+    out = BatchEventTimes(times.ends_only)
+    end = start + len(part)
+    runs = out.runs
+    for sid, a, b in times.runs:
+        a, b = max(a, start), min(b, end)
+        if a < b:
+            runs.append((sid, a - start, b - start))
+    if runs:
+        _fill(out, part, runs)
+    return out
+
+
+def late_counts(
+    messages: Sequence[Any], times: Mapping[str, tuple[int, int]], watermark: int
+) -> dict[str, int]:
+    """topic -> how many of ``messages`` have a Kafka timestamp at or below ``watermark`` (late records);
+    a message without timestamp (librdkafka gives it -1) is never late.
+
+    ``times`` are the messages' event times (:func:`kafka_event_times`): a split whose smallest time is above
+    ``watermark`` has none, so only the runs of the other splits are looked at, each with C-level passes; with
+    ``ends_only`` (monotonous timestamps, ordered within a run) by binary search. Event times of a plain
+    mapping, without runs, make every message be looked at.
+    """
+    behind = [sid for sid, (low, _high) in times.items() if low <= watermark]
+    if not behind:
+        return {}
+    out: dict[str, int] = {}
+    if not isinstance(times, BatchEventTimes):
+        stamps = list(map(_stamp, map(_timestamp, messages)))
+        for m in compress(messages, [0 <= t <= watermark for t in stamps]):
+            out[m.topic()] = out.get(m.topic(), 0) + 1
+        return out
+    wanted = set(behind)
+    for sid, a, b in times.runs:
+        if sid not in wanted:
+            continue
+        if times.ends_only:  # in order within the run: only its ends, or a binary search, are looked at
+            first = _event_ms(messages[a])
+            if first > watermark:
+                continue
+            lo = a if first >= 0 else bisect_left(messages, 0, a, b, key=_event_ms)
+            if _event_ms(messages[b - 1]) <= watermark:
+                n = b - lo
+            else:
+                n = bisect_right(messages, watermark, lo, b, key=_event_ms) - lo
+        else:
+            n = count_at_or_below(list(map(_stamp, map(_timestamp, messages[a:b]))), watermark)
+        if n:
+            topic = sid.rsplit("/", 2)[1]
+            out[topic] = out.get(topic, 0) + n
+    return out
+
+
+def count_at_or_below(stamps: list[int], watermark: int) -> int:
+    """How many of ``stamps`` (ms; negative: none) are at or below ``watermark``; sorts ``stamps`` in place
+    (timsort: about one comparison per element when they are nearly in order)."""
+    stamps.sort()
+    return max(0, bisect_right(stamps, watermark) - bisect_left(stamps, 0))
+
+
+def _event_ms(message: Any) -> Any:
+    return _stamp(_timestamp(message))
 
 
 def assigned_event_times(records: Sequence[Any], assigner: TimestampAssigner) -> dict[str, list[int]]:

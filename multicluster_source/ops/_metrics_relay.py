@@ -26,8 +26,8 @@ from multicluster_source.ops._metrics import SourceMetrics
 __all__ = ["MetricsDelta", "MetricsRecorder", "apply_metrics"]
 
 _Key = tuple[str, tuple[str, ...]]
-"""(operation, labels): ``consumed`` (cluster, topic), ``restart`` (cluster), ``deser`` and ``reset``
-(cluster, topic), ``offsets`` (cluster, topic, partition)."""
+"""(operation, labels): ``consumed`` (cluster, topic), ``restart`` (cluster), ``deser``, ``reset`` and
+``late`` (cluster, topic), ``offsets`` (cluster, topic, partition)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,10 @@ class MetricsRecorder:
     def offset_reset(self, cluster: str, topic: str) -> None:
         """Count one out-of-range position reset."""
         self._count(("reset", (cluster, topic)), 1)
+
+    def late_records(self, cluster: str, topic: str, n: int) -> None:
+        """Count ``n`` late records of ``topic`` on ``cluster`` (event time at or below the watermark)."""
+        self._count(("late", (cluster, topic)), n)
 
     def set_offsets(
         self,
@@ -153,7 +157,9 @@ def apply_metrics(metrics: SourceMetrics, delta: MetricsDelta) -> None:
             for (op, labels), (a, b) in body:
                 if op == "consumed":
                     metrics.record_consumed(labels[0], labels[1], a, b)
-                for _ in range(a if op != "consumed" else 0):
+                elif op == "late":
+                    metrics.late_records(labels[0], labels[1], a)
+                for _ in range(a if op not in ("consumed", "late") else 0):
                     if op == "restart":
                         metrics.reader_restart(labels[0])
                     elif op == "deser":

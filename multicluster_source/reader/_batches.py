@@ -1,6 +1,7 @@
-"""Per-batch work of a fetch thread that looks at messages: what a batch counts per topic, and the cut at a
-bounded split's end. Both run only where they must (a fetcher of several topics; a split whose position
-crossed its stopping offset), so the usual batch is handled without a loop over its messages in Python."""
+"""Per-batch work of a fetch thread that looks at messages: what a batch counts per topic, the cut at a
+bounded split's end, and whether a batch is of one split. Each runs only where it must (a fetcher of several
+topics; a split whose position crossed its stopping offset; a watermark strategy), so the usual batch is
+handled without a loop over its messages in Python."""
 
 from __future__ import annotations
 
@@ -27,3 +28,17 @@ def without_from(messages: list[Any], key: tuple[str, int], stop: int) -> list[A
     """``messages`` without those of partition ``key`` at or past ``stop`` (a bounded split's end)."""
     topic, partition = key
     return [m for m in messages if m.offset() < stop or m.partition() != partition or m.topic() != topic]
+
+
+def only_split(moved: Sequence[Any], messages: Sequence[Any]) -> list[str]:
+    """``[split id]`` when the batch's messages are all of one split, else ``[]`` (event times then look the
+    splits up message by message). ``moved``: the progress of the splits whose position moved with this
+    batch; every split with a message in it is among them, so when only one moved (the usual batch: the client
+    hands over one partition's fetch at a time) every message is of it; its ends are checked all the same."""
+    if len(moved) != 1 or not messages:
+        return []
+    split = moved[0].split
+    for m in (messages[0], messages[-1]):
+        if m.partition() != split.partition or m.topic() != split.topic:
+            return []
+    return [split.split_id]

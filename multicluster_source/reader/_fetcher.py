@@ -27,7 +27,7 @@ from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedEr
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import kafka_event_times
-from multicluster_source.reader._batches import counts_per_topic, without_from
+from multicluster_source.reader._batches import counts_per_topic, only_split, without_from
 from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
@@ -73,7 +73,7 @@ class ClusterFetcher:
         self._outstanding: set[str] = set()
         self._progress: dict[tuple[str, int], _Progress] = {}
         self._split_ids: frozenset[str] = frozenset()
-        self._split_hint: tuple[Any, ...] = ([], None, False)  # arguments of kafka_event_times
+        self._split_hint: tuple[str | None, bool] = (None, False)  # kafka_event_times(topic=, ends_only=)
         self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms, settings.aligned)
         self._tps: list[Any] = []
         self._topics: list[str] = []
@@ -269,9 +269,8 @@ class ClusterFetcher:
         self._split_ids = frozenset(p.split_id for p in progress.values())
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
-        one = [p.split_id for p in progress.values()] if len(progress) == 1 else []
         topic = self._topics[0] if len(self._topics) == 1 else None
-        self._split_hint = (one, topic, self._s.event_times == "ends")
+        self._split_hint = (topic, self._s.event_times == "ends")
 
     def _handle(self, consumer: Any, messages: list[Any]) -> None:
         """One ``consume()`` result: hand its messages on with the positions they reach (fetch thread)."""
@@ -288,7 +287,8 @@ class ClusterFetcher:
         if messages or positions:
             times = None
             if self._s.event_times is not None:  # a watermark strategy: event times per split
-                times = kafka_event_times(self.cluster_id, messages, *self._split_hint)
+                one = only_split(moved, messages)
+                times = kafka_event_times(self.cluster_id, messages, one, *self._split_hint)
                 self._pauses.fetched(consumer, times, self._progress)
             delivered = self._ctx.emit(
                 RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set

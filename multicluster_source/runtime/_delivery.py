@@ -15,14 +15,16 @@ from typing import Any
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.framework._watermarks import BatchEventTimes, part_event_times
 from multicluster_source.runtime._handoff import Handoff
 
 RecordMaker = Callable[[str, Sequence[Any]], list[SourceRecord]]
 OnDelivered = Callable[
     [str, Sequence[Any], "Mapping[str, tuple[int, int]] | None", "list[SourceRecord] | None"], None
 ]
-"""``(cluster_id, messages, event_times or None for part of a batch, records or None)`` after each chunk
-returned (event time: :class:`~multicluster_source.runtime._watermarks.WatermarkTracker`)."""
+"""``(cluster_id, messages, event_times or None, records or None)`` after each chunk returned (event time:
+:class:`~multicluster_source.runtime._watermarks.WatermarkTracker`); a part of a batch has its event times
+cut from the batch's (:func:`~multicluster_source.framework._watermarks.part_event_times`)."""
 
 
 def part_positions(cluster_id: str, messages: Sequence[Any]) -> dict[str, int]:
@@ -85,7 +87,10 @@ class Delivery:
             return batch.cluster_id, messages, batch.positions
         end = min(len(messages), start + room)
         part = messages[start:end]
-        self._event_times = None
+        times = batch.event_times
+        self._event_times = (
+            part_event_times(times, part, start) if isinstance(times, BatchEventTimes) else None
+        )
         if end == len(messages):
             self._batch = None
             return batch.cluster_id, part, batch.positions

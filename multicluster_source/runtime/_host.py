@@ -86,7 +86,7 @@ class WorkerHost:
     ) -> None:
         """``make_records`` turns a batch's messages into the handler's records; None: the handler gets
         each :class:`MessageBatch` itself (``run(..., batches=True)``). ``event_times`` (with a watermark
-        strategy) finds what a handled batch reports of event time."""
+        strategy) finds what a handled batch reports of event time and counts its late records."""
         self._index = index
         self._host_name = host_name or socket.gethostname()
         self._source = source_name
@@ -242,6 +242,7 @@ class WorkerHost:
                 batch = self._handoff.get(0.05)
                 if batch is None or self._stopping.is_set():
                     continue  # a batch taken while stopping is not handled: its records come again
+                watermark = self._watermark  # the run's as this batch is handed over (late records)
                 n = 0
                 records: list[SourceRecord] | None = None
                 if batch.messages:
@@ -254,7 +255,9 @@ class WorkerHost:
                         if records:
                             handler(records)
                         n = len(records)
-                times = self._event_times(batch, records) if self._event_times and batch.messages else None
+                times = None
+                if self._event_times is not None and batch.messages:
+                    times = self._event_times(batch, records, watermark)
                 with self._lock:
                     self._records += n
                     self._send(Delivered(dict(batch.positions), n, times))

@@ -261,7 +261,7 @@ def worker_main(
         rack=rack,
         track_topics=source.options.topic_tracking_enable,
         make_records=record_maker(source, metrics, batches),
-        event_times=worker_event_times(source),
+        event_times=worker_event_times(source, metrics),
     )
     done = threading.Event()
 

@@ -1,50 +1,72 @@
 """Event time on the push API: what a worker reports of a handled batch, and the driver's watermark.
 
-Workers send each handled batch's split event times with its positions (``Delivered.event_times``); the
-driver feeds them to a :class:`~multicluster_source.runtime._watermarks.WatermarkTracker` through
-:class:`RunWatermarks`, which tells ``RunControl.watermark`` and every live worker (``WatermarkAdvanced``,
-for the handler's ``on_watermark(ms)`` hook) when the run's watermark moved.
+Workers send each handled batch's split event times with its positions (``Delivered.event_times``) and count
+its late records themselves (:class:`WorkerEventTimes`); the driver feeds the event times to a
+:class:`~multicluster_source.runtime._watermarks.WatermarkTracker` through :class:`RunWatermarks`, which
+tells ``RunControl.watermark`` and every live worker (``WatermarkAdvanced``, for the handler's
+``on_watermark(ms)`` hook) when the run's watermark moved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import SourceRecord, records_of
-from multicluster_source.framework._watermarks import EventTimes, assigned_event_times
+from multicluster_source.framework._watermarks import EventTimes, assigned_event_times, late_counts
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._messages import WatermarkAdvanced
-from multicluster_source.runtime._watermarks import WatermarkTracker, strategy_of, stream_watermarks
-
-WorkerEventTimes = Callable[[RecordBatch, "list[SourceRecord] | None"], "dict[str, tuple[int, int]] | None"]
-"""What a push worker reports of a batch its handler returned from: split -> (smallest, largest)."""
-
-
-def worker_event_times(source: Any) -> WorkerEventTimes | None:
-    """How a push worker of ``source`` finds the event times of a batch (None: no watermark strategy): the
-    fetcher's Kafka timestamps, or the timestamp assigner over the records (made for it on the batch
-    handler path)."""
-    strategy = strategy_of(source)
-    if not strategy.enabled:
-        return None
-    assigner = strategy.timestamp_assigner
-    if assigner is None:
-        return _fetched_times
-    make = RecordMaker(source.deserializer, source.options.deserialization_error_policy)
-
-    def assigned(batch: RecordBatch, records: list[SourceRecord] | None) -> dict[str, tuple[int, int]]:
-        made = records if records is not None else make(batch.cluster_id, batch.messages)
-        return {sid: (min(v), max(v)) for sid, v in assigned_event_times(made, assigner).items()}
-
-    return assigned
+from multicluster_source.runtime._watermarks import (
+    WatermarkTracker,
+    assigned_late_counts,
+    strategy_of,
+    stream_watermarks,
+)
 
 
-def _fetched_times(
-    batch: RecordBatch, _records: list[SourceRecord] | None
-) -> dict[str, tuple[int, int]] | None:
-    return None if batch.event_times is None else dict(batch.event_times)
+class WorkerEventTimes:
+    """What a push worker reports of a batch its handler returned from (split -> (smallest, largest) event
+    time, for the driver's watermark), counting the batch's late records on the way into the worker's
+    ``metrics`` (the driver's own with ``runtime="threads"``; a relayed recorder in worker processes and Ray
+    actors). Late: an event time at or below the run's watermark as the worker last heard it from the driver
+    before the batch was handed to the handler (so a worker that has not heard of a move yet counts against
+    the value before it). Called on the worker's handler thread."""
+
+    def __init__(self, source: Any, metrics: Any) -> None:
+        strategy = strategy_of(source)
+        self._assigner = strategy.timestamp_assigner
+        self._metrics = metrics
+        self._make: RecordMaker | None = None
+        if self._assigner is not None:
+            self._make = RecordMaker(source.deserializer, source.options.deserialization_error_policy)
+
+    def __call__(
+        self, batch: RecordBatch, records: list[SourceRecord] | None, watermark: int | None
+    ) -> dict[str, tuple[int, int]] | None:
+        """The event times of ``batch`` (whose ``records``, when the handler got records) to report."""
+        assigner = self._assigner
+        if assigner is None:
+            times = batch.event_times
+            if times is None:
+                return None
+            late = late_counts(batch.messages, times, watermark) if watermark is not None else {}
+            out = dict(times)
+        else:
+            assert self._make is not None
+            made = records if records is not None else self._make(batch.cluster_id, batch.messages)
+            per_split = assigned_event_times(made, assigner)
+            late = assigned_late_counts(per_split, watermark) if watermark is not None else {}
+            out = {sid: (min(v), max(v)) for sid, v in per_split.items()}
+        for topic, n in late.items():
+            self._metrics.late_records(batch.cluster_id, topic, n)
+        return out
+
+
+def worker_event_times(source: Any, metrics: Any) -> WorkerEventTimes | None:
+    """How a push worker of ``source`` reports the event times of a handled batch and counts its late
+    records (None: no watermark strategy): the fetcher's Kafka timestamps, or the timestamp assigner over the
+    records (made for it on the batch handler path)."""
+    return WorkerEventTimes(source, metrics) if strategy_of(source).enabled else None
 
 
 class RunWatermarks:

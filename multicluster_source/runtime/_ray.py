@@ -94,7 +94,7 @@ class ReaderActor:
             track_topics=source.options.topic_tracking_enable,
             host_name=f"{socket.gethostname()} (ray node {self.node_id[:12]})",
             make_records=record_maker(source, metrics, batches),
-            event_times=worker_event_times(source),
+            event_times=worker_event_times(source, metrics),
         )
         self._next = 1
         self._held: dict[int, object] = {}

@@ -67,7 +67,7 @@ class ThreadTransport:
                 rack=self._racks.get(i),
                 track_topics=source.options.topic_tracking_enable,
                 make_records=record_maker(source, metrics, self._batches),
-                event_times=worker_event_times(source),
+                event_times=worker_event_times(source, metrics),
             )
             thread = threading.Thread(
                 target=self._run_host,

@@ -20,13 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import itemgetter
 from typing import Any
-
-from confluent_kafka import Message
 
 from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._watermarks import (
@@ -34,6 +31,7 @@ from multicluster_source.framework._watermarks import (
     WatermarkStrategy,
     assigned_event_times,
     kafka_event_times,
+    late_counts,
 )
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.runtime._alignment import Aligner
@@ -42,8 +40,6 @@ _log = logging.getLogger("multicluster_source")
 
 HOLD_ALL = -1  # an alignment limit below every event time: the group has no watermark yet
 PENDING = "/*"  # after "cluster/topic": a topic of the metadata none of whose splits was assigned yet
-_stamp = itemgetter(1)
-_timestamp = Message.timestamp
 
 
 @dataclass
@@ -109,13 +105,15 @@ class WatermarkCombiner:
         """The stream's watermark now: the minimum over active, non-idle splits when each has one, never
         below what it was; unchanged while some active split has none or every split is idle."""
         lowest: int | None = None
+        idleness_s = self._idleness_s
         for state in self._splits.values():
-            if self._idle(state, now):
-                continue
-            if state.watermark is None:
+            if idleness_s is not None and now - state.last_active >= idleness_s:
+                continue  # idle
+            mark = state.watermark
+            if mark is None:
                 return self._value
-            if lowest is None or state.watermark < lowest:
-                lowest = state.watermark
+            if lowest is None or mark < lowest:
+                lowest = mark
         if lowest is not None and (self._value is None or lowest > self._value):
             self._value = lowest
         return self._value
@@ -217,32 +215,36 @@ class WatermarkTracker:
     ) -> None:
         """``messages`` (and ``records`` made of them, when the caller got records) were returned.
 
-        ``event_times``: their split -> (smallest, largest) Kafka timestamp, computed by the fetcher for a
-        whole batch; None for part of a batch (computed here). With a timestamp assigner, event times come
-        from the records (made here on the batch path).
+        ``event_times``: their split -> (smallest, largest) Kafka timestamp, as the fetcher computed it for
+        the batch (or :func:`part_event_times` for a part of one); None: computed here. With a timestamp
+        assigner, event times come from the records (made here on the batch path). Late records are counted
+        outside the lock, against the watermark before this chunk (one caller thread delivers).
         """
         if not messages:
             return
+        per_split: dict[str, list[int]] | None = None
         if self._assigner is not None:
             if records is None:
                 assert self._make_records is not None
                 records = self._make_records(cluster_id, messages)
             per_split = assigned_event_times(records, self._assigner)
-            times = {sid: (min(v), max(v)) for sid, v in per_split.items()}
+            times: EventTimes = {sid: (min(v), max(v)) for sid, v in per_split.items()}
         else:
-            per_split = None
-            times = dict(event_times) if event_times is not None else kafka_event_times(cluster_id, messages)
+            times = event_times if event_times is not None else kafka_event_times(cluster_id, messages)
         now = self._clock()
+        bound = self._bound
         with self._lock:
-            before = self._combiner.value
-            late = None
-            if before is not None and any(low <= before for low, _high in times.values()):
-                late = _late_per_topic(messages, records, per_split, before)
-            combiner, bound = self._combiner, self._bound
+            combiner = self._combiner
+            before = combiner.value
             for sid, (_low, high) in times.items():
                 combiner.advance(sid, high - bound, now)
             value = combiner.compute(now)
-        if late:
+        if before is not None:
+            late = (
+                late_counts(messages, times, before)
+                if per_split is None
+                else assigned_late_counts(per_split, before)
+            )
             for topic, n in late.items():
                 self._metrics.late_records(cluster_id, topic, n)
         self._publish(value)
@@ -303,25 +305,14 @@ def _covered(split_id: str, clusters: Mapping[str, ClusterMetadata]) -> bool:
     return cluster is not None and topic in cluster.topics
 
 
-def _late_per_topic(
-    messages: Sequence[Any],
-    records: Sequence[SourceRecord] | None,
-    per_split: Mapping[str, list[int]] | None,
-    watermark: int,
-) -> dict[str, int]:
-    """topic -> records whose event time is at or below ``watermark`` (the slow path: only for chunks that
-    may hold late records)."""
+def assigned_late_counts(per_split: Mapping[str, list[int]], watermark: int) -> dict[str, int]:
+    """topic -> how many of the event times a timestamp assigner gave (split id -> times) are at or below
+    ``watermark`` (late records)."""
     out: dict[str, int] = {}
-    if per_split is not None:
-        for sid, stamps in per_split.items():
-            n = sum(1 for t in stamps if t <= watermark)
-            if n:
-                topic = sid.rsplit("/", 2)[1]
-                out[topic] = out.get(topic, 0) + n
-        return out
-    flags = [0 <= t <= watermark for t in map(_stamp, map(_timestamp, messages))]
-    for m in compress(messages, flags):
-        out[m.topic()] = out.get(m.topic(), 0) + 1
+    for sid, stamps in per_split.items():
+        if min(stamps) <= watermark:
+            topic = sid.rsplit("/", 2)[1]
+            out[topic] = out.get(topic, 0) + bisect_right(sorted(stamps), watermark)
     return out
 
 

@@ -196,6 +196,49 @@ def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
         run.join()
 
 
+@pytest.mark.parametrize(("runtime", "batches"), [("threads", False), ("processes", True)])
+def test_push_workers_count_late_records(
+    kafka_clusters: Any, runtime: str, batches: bool, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    te = east.create_topic("et-push-late", partitions=2)
+    tw = west.create_topic("et-push-late", partitions=1)
+    produce_at(east, te, [BASE + 1000, BASE + 9000], partition=0)
+    produce_at(east, te, [BASE + 7000, BASE + 3000], partition=1)
+    produce_at(west, tw, [BASE + 4000, BASE + 12_000])
+    source = builder([stream("s", cluster_md(east, te), cluster_md(west, tw))]).set_watermark_strategy(BOUND)
+    control, registry, out = RunControl(), CollectorRegistry(), tmp_path / "out"
+    run = BackgroundRun(
+        source.build(),
+        WatermarkSink(out),
+        2,
+        runtime=runtime,
+        control=control,
+        registry=registry,
+        batches=batches,
+    )
+    try:
+        assert wait_for(lambda: control.watermark == BASE + 6000, timeout=60)
+        # every handler thread has heard of it (workers count late records against what they heard)
+        assert wait_for(
+            lambda: [ws[-1:] for ws in watermarks_seen(out)] == [[BASE + 6000]] * 2, timeout=10
+        ), watermarks_seen(out)
+        east_before, west_before = (
+            late_total(registry, east.cluster_id, te),
+            late_total(registry, west.cluster_id, tw),
+        )
+        # at and below the watermark: late; above it: not; none of them moves the watermark
+        produce_at(east, te, [BASE + 6000, BASE + 2000, BASE + 6500], partition=1)
+        produce_at(west, tw, [BASE + 5000])
+        assert wait_for(lambda: records_seen(out) == 10, timeout=30)
+        assert wait_for(lambda: late_total(registry, east.cluster_id, te) == east_before + 2, timeout=10)
+        assert wait_for(lambda: late_total(registry, west.cluster_id, tw) == west_before + 1, timeout=10)
+        assert control.watermark == BASE + 6000
+    finally:
+        control.stop()
+        run.join()
+
+
 def test_alignment_holds_the_live_cluster_while_the_new_one_reads_its_backlog(
     kafka_clusters: Any,
 ) -> None:

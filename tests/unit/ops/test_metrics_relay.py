@@ -24,6 +24,8 @@ def test_counts_add_up_and_gauges_keep_the_last_value() -> None:
     recorder.reader_restart("east")
     recorder.offset_reset("east", "orders")
     recorder.deserialization_error("east", "orders")
+    recorder.late_records("east", "orders", 3)
+    recorder.late_records("east", "orders", 4)
     delta = recorder.drain()
     assert delta is not None and recorder.drain() is None
     registry = CollectorRegistry()
@@ -36,6 +38,7 @@ def test_counts_add_up_and_gauges_keep_the_last_value() -> None:
     assert _value(registry, "reader_restarts_total", cluster="east") == 1
     assert _value(registry, "offset_resets_total", cluster="east", topic="orders") == 1
     assert _value(registry, "deserialization_errors_total", cluster="east", topic="orders") == 1
+    assert _value(registry, "late_records_total", cluster="east", topic="orders") == 7
     metrics.close()
 
 
