@@ -2,8 +2,8 @@
 
 The reader tells its fetchers which split ids to hold (:class:`~multicluster_source.framework._events.
 SplitsPausedEvent`); each fetcher keeps the wish here and applies it to its consumer with ``pause`` and
-``resume`` whenever the wish or its own splits change. The fetcher's back-pressure pause (its buffer is full)
-resumes only the partitions alignment does not hold.
+``resume`` whenever the wish or its own splits change. These are the only pauses of a fetcher: a full hand-off
+buffer makes the fetch thread wait instead (a pause would drop the partition's prefetched messages).
 """
 
 from __future__ import annotations
@@ -74,10 +74,3 @@ class AlignmentPauses:
         self.applied = want
         ids = {p.split_id for p in progress.values()}
         self._fetched = {sid: mark for sid, mark in fetched.items() if sid in ids}
-
-    def resume_others(self, consumer: Any) -> None:
-        """After a back-pressure pause of every partition: resume all but those alignment holds."""
-        assignment = consumer.assignment()
-        if self.applied:
-            assignment = [tp for tp in assignment if (tp.topic, tp.partition) not in self.applied]
-        consumer.resume(assignment)
