@@ -128,6 +128,13 @@ class Measurement:
     seconds: float  # from client creation / open() to the last record
     first_record_s: float | None
     close_s: float
+    cpu_s: float = 0.0  # process CPU time (every thread: Python, librdkafka) from start to the N-th record
+
+    @property
+    def cpu_ns_per_record(self) -> float:
+        """Process CPU nanoseconds per record: what the client side costs, less disturbed than wall-clock
+        rates by other work on a shared machine (the brokers' CPU is not in it, the same for every kind)."""
+        return self.cpu_s * 1e9 / self.records if self.records else 0.0
 
     @property
     def rate(self) -> float:
@@ -193,6 +200,7 @@ class _Drained:
     records: int = 0
     first: float | None = None  # perf_counter() of the first record
     last: float = 0.0  # perf_counter() of the last record
+    cpu_last: float = 0.0  # process_time() at the last record
 
 
 def _raw_drain_one(
@@ -239,6 +247,7 @@ def _raw_drain_one(
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise RuntimeError(f"raw drain stalled at {got}/{expected} on {part.topic}")
         out.last = clock()
+        out.cpu_last = time.process_time()
         out.records += got
     finally:
         consumer.close()  # not timed, as the source's close is not
@@ -259,6 +268,7 @@ def raw_drain(dataset: Dataset, readers: int, props: Mapping[str, str]) -> Measu
             errors.append(exc)
 
     start = time.perf_counter()
+    cpu_start = time.process_time()
     if readers == 1:
         work(0)
     else:
@@ -272,7 +282,8 @@ def raw_drain(dataset: Dataset, readers: int, props: Mapping[str, str]) -> Measu
     firsts = [d.first for d in drained if d.first is not None]
     first = min(firsts) - start if firsts else None
     elapsed = max(d.last for d in drained) - start
-    return Measurement(f"raw-{readers}", sum(d.records for d in drained), elapsed, first, 0.0)
+    cpu = max(d.cpu_last for d in drained) - cpu_start  # to the last record, as the source's
+    return Measurement(f"raw-{readers}", sum(d.records for d in drained), elapsed, first, 0.0, cpu)
 
 
 # ----------------------------------------------------------------------------------------------- the source
@@ -324,6 +335,7 @@ def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[s
     got = 0
     first: float | None = None
     start = time.perf_counter()
+    cpu_start = time.process_time()
     stream = source.open(parallelism=parallelism, registry=CollectorRegistry())
     try:
         last_progress = time.monotonic()
@@ -337,11 +349,12 @@ def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[s
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise RuntimeError(f"source drain ({path}) stalled at {got}/{expected}")
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
     finally:
         closing = time.perf_counter()
         stream.close()
         close_s = time.perf_counter() - closing
-    return Measurement(f"{path}-{parallelism}", got, elapsed, first, close_s)
+    return Measurement(f"{path}-{parallelism}", got, elapsed, first, close_s, cpu)
 
 
 def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measurement:
@@ -411,11 +424,18 @@ def _variant_result(props: Mapping[str, str], runs: dict[str, list[Measurement]]
     summary = {kind: _summary([m.rate for m in runs[kind]]) for kind in KINDS}
     steady = {kind: _summary([m.steady_rate for m in runs[kind]]) for kind in KINDS}
     firsts = {kind: _summary([m.first_record_s or 0.0 for m in runs[kind]]) for kind in KINDS}
+    cpu = {kind: _summary([m.cpu_ns_per_record for m in runs[kind]]) for kind in KINDS}
     return {
         "client_properties": dict(props),
         "records_per_second": summary,
         "records_per_second_from_first_record": steady,
         "first_record_seconds": firsts,
+        "cpu_ns_per_record": cpu,
+        "cpu_ratios": {
+            f"raw_over_{path}_{suffix}": cpu[f"raw-{readers}"]["median"] / cpu[f"{path}-{readers}"]["median"]
+            for readers, suffix in ((1, "1_reader"), (2, "2_readers"))
+            for path in PATHS
+        },
         "ratios": {
             f"{prefix}{path}_over_raw_{suffix}": rates[f"{path}-{readers}"]["median"]
             / rates[f"raw-{readers}"]["median"]
@@ -432,6 +452,7 @@ def _variant_result(props: Mapping[str, str], runs: dict[str, list[Measurement]]
                     "records_per_second_from_first_record": m.steady_rate,
                     "first_record_s": m.first_record_s,
                     "close_s": m.close_s,
+                    "cpu_ns_per_record": m.cpu_ns_per_record,
                 }
                 for m in runs[kind]
             ]
@@ -556,6 +577,17 @@ def format_table(result: dict[str, Any]) -> str:
             f"{variant:<13} {readers:<7} {timed:<13} {raw:>22} {batches:>22} {records:>22} "
             f"{b_ratio:>11.2f} {r_ratio:>11.2f}"
         )
+    for variant, vr in result["variants"].items():
+        c, r = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
+        if not c or not r:  # a result written before CPU time was measured
+            continue
+        for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+            lines.append(
+                f"process CPU ns per record, {variant}, {readers} reader(s) (median): raw "
+                f"{c[f'raw-{readers}']['median']:.0f}, batches {c[f'batches-{readers}']['median']:.0f}, "
+                f"records {c[f'records-{readers}']['median']:.0f}; raw/batches "
+                f"{r[f'raw_over_batches_{suffix}']:.2f}, raw/records {r[f'raw_over_records_{suffix}']:.2f}"
+            )
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]
         lines.append(

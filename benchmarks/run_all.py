@@ -56,6 +56,17 @@ def _throughput_md(result: dict[str, Any]) -> list[str]:
         props = vr["client_properties"] or "none (librdkafka's defaults; the source's own)"
         firsts = ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in bench_throughput.KINDS)
         lines.append(f"- `{variant}`: client properties {props}; first record after (median s): {firsts}")
+        cpu, ratios = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
+        if cpu and ratios:
+            for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+                ns = {kind: cpu[f"{kind}-{readers}"]["median"] for kind in ("raw", "batches", "records")}
+                lines.append(
+                    f"- `{variant}`, {readers} reader(s): process CPU per record (every thread, median) raw "
+                    f"{ns['raw']:.0f} ns, batches {ns['batches']:.0f} ns, records {ns['records']:.0f} ns; "
+                    f"raw / batches "
+                    f"**{ratios[f'raw_over_batches_{suffix}']:.2f}**, raw / records "
+                    f"**{ratios[f'raw_over_records_{suffix}']:.2f}**"
+                )
     if "profile" in result:
         profile = result["profile"]
         lines.append(

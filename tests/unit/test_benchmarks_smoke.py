@@ -19,6 +19,14 @@ def _throughput_result() -> dict[str, Any]:
         "records_per_second": {k: stats for k in kinds},
         "records_per_second_from_first_record": {k: stats for k in kinds},
         "first_record_seconds": {k: firsts for k in kinds},
+        "cpu_ns_per_record": {
+            k: {"median": 600.0 if k.startswith("raw") else 750.0, "min": 0.0, "max": 0.0} for k in kinds
+        },
+        "cpu_ratios": {
+            f"raw_over_{path}_{suffix}": 0.8
+            for suffix in ("1_reader", "2_readers")
+            for path in bench_throughput.PATHS
+        },
         "ratios": {
             f"{prefix}{path}_over_raw_{suffix}": 1.0
             for prefix in ("", "steady_")
@@ -74,6 +82,7 @@ def test_tables_and_results_markdown(tmp_path: Path) -> None:
     assert "batches/raw" in table and "records/raw" in table
     assert "200k [150k-250k]" in table and "batches-2 0.050" in table
     assert len(bench_throughput.table_rows(throughput)) == 4  # 1 and 2 readers, timed two ways
+    assert "raw 600, batches 750, records 750; raw/batches 0.80" in table
     recon_table = bench_reconciliation.format_table(reconciliation)
     assert "discovery interval" in recon_table
     assert "add topic: its first record" in recon_table
@@ -91,6 +100,7 @@ def test_tables_and_results_markdown(tmp_path: Path) -> None:
         "| fast-refetch | 2 | 1st -> N-th | 200k [150k-250k] | 200k [150k-250k] | 200k [150k-250k] |" in text
     )
     assert "`benchmarks/results/profile-batch-path.txt`" in text
+    assert "raw 600 ns, batches 750 ns, records 750 ns; raw / batches **0.80**" in text
     assert "| add topic: its first record | 0.300 | 0.400 |" in text
     assert "| east, +-5 s of every change (fetch.wait.max.ms 100) | 0.002 | **0.045** | 0.090 |" in text
 
