@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from pathlib import Path
 
 from cryptography import x509
@@ -100,7 +101,11 @@ class TestCA:
         return path
 
     def write_client(self, common_name: str, cert_path: Path, key_path: Path) -> None:
-        """Issue a client certificate and (over)write it and its key at the given paths."""
+        """Issue a client certificate and (over)write it and its key at the given paths, each file replaced
+        whole (written aside, then renamed over the old one) as certificate rotation tools do: a client
+        created meanwhile reads the old file or the new one, never half of one."""
         key, cert = self.issue(common_name, server=False)
-        key_path.write_bytes(key)
-        cert_path.write_bytes(cert)
+        for path, data in ((key_path, key), (cert_path, cert)):
+            aside = path.with_name(path.name + ".new")
+            aside.write_bytes(data)
+            os.replace(aside, path)

@@ -1,7 +1,9 @@
 """A job for the crash test: reads a topic with periodic checkpoints and appends what it received to a file.
 
 Each poll's records are written with one unbuffered ``os.write`` before the next poll (which is where the
-periodic checkpoint happens), so a ``kill -9`` never loses a line for a record a checkpoint covers.
+periodic checkpoint happens), so a ``kill -9`` never loses a line for a record a checkpoint covers. Each
+poll then waits 10 ms, as a job doing work would: the test kills it mid-stream, after its first checkpoint,
+and an idle loop reads the test's 6,000 records before that (0.2 s after start).
 Usage: checkpointing_job.py BOOTSTRAP TOPIC CHECKPOINT_DIR OUT_FILE
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from multicluster_source import ClusterMetadata, KafkaStream, MultiClusterKafkaSource, StaticMetadataService
 
@@ -30,6 +33,7 @@ def main() -> None:
             records = s.poll(timeout=0.2, max_records=100)
             if records:
                 os.write(fd, "".join(f"{r.partition}:{r.offset}\n" for r in records).encode())
+                time.sleep(0.01)
 
 
 if __name__ == "__main__":
