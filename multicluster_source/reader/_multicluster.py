@@ -92,9 +92,12 @@ class MultiClusterReader:
         self._ctx.send_event_to_enumerator(GetMetadataUpdateEvent())
 
     def split_ids(self) -> list[str]:
-        """The splits this reader reads now (or holds until metadata arrives)."""
-        ids = {s.split_id for s in self._pending}
-        for fetcher in self._fetchers.values():
+        """The splits this reader reads now (or holds until metadata arrives).
+
+        Also called from other threads (``assignments()``, ``status()``): it reads copies of what the reader
+        thread changes (``dict.copy`` and ``list`` take them in one C call, under the GIL)."""
+        ids = {s.split_id for s in list(self._pending)}
+        for fetcher in self._fetchers.copy().values():
             ids |= fetcher.split_ids
         return sorted(ids)
 
@@ -299,9 +302,9 @@ class MultiClusterReader:
         """A JSON-ready view of this reader."""
         return {
             "rack": self._s.rack,
-            "clusters": sorted(self._fetchers),
+            "clusters": sorted(self._fetchers.copy()),
             "splits": self.split_ids(),
-            "standby": sorted(self._standby),
-            "warm_clients": sorted(self._warm),
-            "fetching_from": {cid: dict(st.partitions) for cid, st in sorted(self._stats.items())},
+            "standby": sorted(self._standby.copy()),
+            "warm_clients": sorted(self._warm.copy()),
+            "fetching_from": {cid: dict(st.partitions) for cid, st in sorted(self._stats.copy().items())},
         }

@@ -189,3 +189,69 @@ def test_reader_opens_a_client_per_new_cluster_ahead_and_closes_those_no_split_c
     assert made["west"].count("close") == 1
     assert made["east"].count("assign") == 1
     assert not errors
+
+
+def test_split_ids_may_be_read_from_another_thread_while_fetchers_come() -> None:
+    """assignments() and status() read a reader's fetchers from the caller's thread while the reader thread
+    adds them (10,000 splits over 10 clusters once changed the dict under that iteration)."""
+    import sys
+
+    from multicluster_source.framework._events import MetadataUpdateEvent
+    from multicluster_source.framework._split import KafkaPartitionSplit
+    from multicluster_source.metadata import ClusterMetadata
+    from multicluster_source.reader._multicluster import MultiClusterReader
+    from multicluster_source.reader._settings import FetchSettings, ReaderSettings
+
+    class Context:
+        index = 0
+        rack = None
+
+        def emit(self, batch: Any, should_stop: Any) -> bool:
+            return True
+
+        def send_event_to_enumerator(self, event: Any) -> None:
+            pass
+
+        def reader_failed(self, error: BaseException) -> None:
+            pass
+
+        fail = reader_failed
+
+    class Metrics:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: None
+
+    fetch = FetchSettings("s", 0, 10, Metrics(), consumer_factory=lambda conf: FakeConsumer({"orders": 1}))
+    reader = MultiClusterReader(Context(), ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
+    names = [f"c{i}" for i in range(40)]
+    clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in names}
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                reader.split_ids()
+                reader.status()
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    watcher = threading.Thread(target=watch)
+    try:
+        reader.handle_source_event(MetadataUpdateEvent(clusters, 1))
+        watcher.start()
+        for cid in names:
+            reader.add_splits([KafkaPartitionSplit(cid, "orders", 0, 0)])
+        deadline = time.monotonic() + 10  # each fetcher takes its split on its own thread
+        while len(reader.split_ids()) < len(names) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(reader.split_ids()) == len(names)
+    finally:
+        done.set()
+        watcher.join(10)
+        sys.setswitchinterval(interval)
+        reader.close()
+    assert not errors
