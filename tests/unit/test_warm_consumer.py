@@ -70,6 +70,32 @@ class FakeConsumer:
             return sum(1 for c, _ in self.calls if c == call)
 
 
+class _ReaderContext:
+    """What a reader and its fetchers need of their runner: batches are taken, failures kept."""
+
+    index = 0
+    rack = None
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    def emit(self, batch: Any, should_stop: Any) -> bool:
+        return True
+
+    def send_event_to_enumerator(self, event: Any) -> None:
+        pass
+
+    def reader_failed(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+    fail = reader_failed
+
+
+class _NoMetrics:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
 def test_learn_topics_asks_one_by_one_then_for_the_whole_cluster() -> None:
     few = FakeConsumer({"a": 2, "b": 3})
     known: dict[str, frozenset[int]] = {}
@@ -141,35 +167,16 @@ def test_reader_opens_a_client_per_new_cluster_ahead_and_closes_those_no_split_c
     from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 
     made: dict[str, FakeConsumer] = {}
-    errors: list[BaseException] = []
+    context = _ReaderContext()
 
     def factory(conf: dict[str, Any]) -> FakeConsumer:
         cluster = "east" if "east" in conf["bootstrap.servers"] else "west"
         made[cluster] = FakeConsumer({"orders": 2})
         return made[cluster]
 
-    class Context:
-        index = 0
-        rack = None
-
-        def emit(self, batch: Any, should_stop: Any) -> bool:
-            return True
-
-        def send_event_to_enumerator(self, event: Any) -> None:
-            pass
-
-        def reader_failed(self, error: BaseException) -> None:
-            errors.append(error)
-
-        fail = reader_failed
-
-    class Metrics:
-        def __getattr__(self, name: str) -> Any:
-            return lambda *args, **kwargs: None
-
     monkeypatch.setattr(_multicluster, "_AHEAD_S", 0.2)
-    fetch = FetchSettings("s", 0, 10, Metrics(), consumer_factory=factory)
-    reader = MultiClusterReader(Context(), ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
+    fetch = FetchSettings("s", 0, 10, _NoMetrics(), consumer_factory=factory)
+    reader = MultiClusterReader(context, ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
     clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in ("east", "west")}
     reader.handle_source_event(MetadataUpdateEvent(clusters, 1))
     assert sorted(made) == ["east", "west"]  # both connecting before any split came
@@ -188,7 +195,7 @@ def test_reader_opens_a_client_per_new_cluster_ahead_and_closes_those_no_split_c
     assert made["east"].count("close") == 1  # closed by its fetcher as it stopped
     assert made["west"].count("close") == 1
     assert made["east"].count("assign") == 1
-    assert not errors
+    assert not context.errors
 
 
 def test_split_ids_may_be_read_from_another_thread_while_fetchers_come() -> None:
@@ -202,27 +209,8 @@ def test_split_ids_may_be_read_from_another_thread_while_fetchers_come() -> None
     from multicluster_source.reader._multicluster import MultiClusterReader
     from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 
-    class Context:
-        index = 0
-        rack = None
-
-        def emit(self, batch: Any, should_stop: Any) -> bool:
-            return True
-
-        def send_event_to_enumerator(self, event: Any) -> None:
-            pass
-
-        def reader_failed(self, error: BaseException) -> None:
-            pass
-
-        fail = reader_failed
-
-    class Metrics:
-        def __getattr__(self, name: str) -> Any:
-            return lambda *args, **kwargs: None
-
-    fetch = FetchSettings("s", 0, 10, Metrics(), consumer_factory=lambda conf: FakeConsumer({"orders": 1}))
-    reader = MultiClusterReader(Context(), ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
+    fetch = FetchSettings("s", 0, 10, _NoMetrics(), consumer_factory=lambda conf: FakeConsumer({"orders": 1}))
+    reader = MultiClusterReader(_ReaderContext(), ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
     names = [f"c{i}" for i in range(40)]
     clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in names}
     errors: list[BaseException] = []
