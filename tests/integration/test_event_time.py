@@ -158,6 +158,17 @@ def test_a_restore_starts_without_watermarks_and_says_so(
         assert s.watermark == BASE + 500  # from the records read after the restore only
 
 
+def _east_and_west(kafka_clusters: Any, name: str) -> tuple[Any, Any, str, str]:
+    """Two clusters with a topic each: east/0 at 1000, 9000; east/1 at 7000, 3000; west/0 at 4000, 12000."""
+    east, west = kafka_clusters(2)
+    te = east.create_topic(name, partitions=2)
+    tw = west.create_topic(name, partitions=1)
+    produce_at(east, te, [BASE + 1000, BASE + 9000], partition=0)
+    produce_at(east, te, [BASE + 7000, BASE + 3000], partition=1)
+    produce_at(west, tw, [BASE + 4000, BASE + 12_000])
+    return east, west, te, tw
+
+
 @pytest.mark.parametrize("runtime", ["threads", "processes", "ray"])
 def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
     kafka_clusters: Any, runtime: str, tmp_path: Path
@@ -166,12 +177,7 @@ def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
         pytest.importorskip(
             "ray", reason="Ray is not installed (pip install 'multicluster-kafka-source[ray]')"
         )
-    east, west = kafka_clusters(2)
-    te = east.create_topic("et-push", partitions=2)
-    tw = west.create_topic("et-push", partitions=1)
-    produce_at(east, te, [BASE + 1000, BASE + 9000], partition=0)
-    produce_at(east, te, [BASE + 7000, BASE + 3000], partition=1)
-    produce_at(west, tw, [BASE + 4000, BASE + 12_000])
+    east, west, te, tw = _east_and_west(kafka_clusters, "et-push")
     streams = [stream("s", cluster_md(east, te), cluster_md(west, tw))]
     source = builder(streams).set_watermark_strategy(BOUND).build()
     control = RunControl()
@@ -200,12 +206,7 @@ def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
 def test_push_workers_count_late_records(
     kafka_clusters: Any, runtime: str, batches: bool, tmp_path: Path
 ) -> None:
-    east, west = kafka_clusters(2)
-    te = east.create_topic("et-push-late", partitions=2)
-    tw = west.create_topic("et-push-late", partitions=1)
-    produce_at(east, te, [BASE + 1000, BASE + 9000], partition=0)
-    produce_at(east, te, [BASE + 7000, BASE + 3000], partition=1)
-    produce_at(west, tw, [BASE + 4000, BASE + 12_000])
+    east, west, te, tw = _east_and_west(kafka_clusters, "et-push-late")
     source = builder([stream("s", cluster_md(east, te), cluster_md(west, tw))]).set_watermark_strategy(BOUND)
     control, registry, out = RunControl(), CollectorRegistry(), tmp_path / "out"
     run = BackgroundRun(
