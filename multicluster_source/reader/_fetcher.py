@@ -72,7 +72,6 @@ class ClusterFetcher:
         self._lock = threading.Lock()
         self._outstanding: set[str] = set()
         self._progress: dict[tuple[str, int], _Progress] = {}
-        self._split_ids: frozenset[str] = frozenset()
         self._split_hint: tuple[str | None, bool] = (None, False)  # kafka_event_times(topic=, ends_only=)
         self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms, settings.aligned)
         self._tps: list[Any] = []
@@ -113,8 +112,10 @@ class ClusterFetcher:
 
     @property
     def split_ids(self) -> frozenset[str]:
-        """The splits this fetcher reads now."""
-        return self._split_ids
+        """The splits this fetcher reads now: handed to it, neither finished nor removed (shown from the
+        moment it was handed them, even while its thread still connects or asks for their metadata)."""
+        with self._lock:
+            return frozenset(self._outstanding)
 
     def begin_stop(self) -> None:
         """Tell the fetch thread to stop (and wake it if it waits for commands); :meth:`stop` waits for it.
@@ -221,7 +222,7 @@ class ClusterFetcher:
                 for split in live:
                     self._progress[split.topic_partition] = _Progress(split)
                 if live:
-                    self._progress_changed()  # shown as read (assignments()) while metadata is asked for
+                    self._progress_changed()
                     self._learn_topics(consumer, live)
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]
@@ -266,7 +267,6 @@ class ClusterFetcher:
         from confluent_kafka import TopicPartition
 
         progress = self._progress
-        self._split_ids = frozenset(p.split_id for p in progress.values())
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
         topic = self._topics[0] if len(self._topics) == 1 else None
