@@ -44,63 +44,96 @@ class PositionTracker:
             return dict(self._positions)
 
 
+_BARGE_S = 0.1
+"""How long a fetch thread competes for room as it comes before it takes a place in line."""
+
+
 class Handoff:
     """The bounded buffer of record batches between fetch threads and the caller.
 
-    Fair to the fetch threads that wait for room: they put in the order they came (first come, first
-    served). With :class:`queue.Queue` a thread woken for a free slot could lose it to one that just called
-    ``put`` again, and one cluster's fetcher could starve behind the others for as long as the caller is the
-    slower side.
+    Fair to the fetch threads that wait for room, without a context switch on every batch: a thread first
+    competes for a freed slot as it comes (cheap, and whoever runs takes it), and once it has waited
+    ``_BARGE_S`` it takes a place in line; while anyone is in line, threads put in the order they came. With
+    :class:`queue.Queue` alone a thread could lose every freed slot to threads that came back with their next
+    batch just then, and one cluster's fetcher could starve for as long as the caller is the slower side.
     """
 
     def __init__(self, max_batches: int) -> None:
         self._max = max_batches
         self._items: deque[RecordBatch] = deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._turns: deque[object] = deque()  # fetch threads waiting for room, in the order they came
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)  # the one thread taking batches waits here
+        self._not_full = threading.Condition(self._lock)  # fetch threads competing for room wait here
+        self._turns: deque[threading.Event] = deque()
+        """Fetch threads that waited ``_BARGE_S``, in the order they came; the first is woken for room."""
         self.closed = threading.Event()
         self.on_put: Callable[[], None] | None = None
         """Called (on the fetch thread) after every put: an asyncio consumer's wake-up; must not block."""
 
     def put(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
-        """Wait for room (and for the threads that waited before); False when stopping or closed first."""
-        cond = self._cond
-        with cond:
-            if self._turns or len(self._items) >= self._max:
-                turn = object()
-                self._turns.append(turn)
-                try:
-                    while self._turns[0] is not turn or len(self._items) >= self._max:
-                        if self.closed.is_set() or should_stop():
-                            return False
-                        cond.wait(0.05)
-                finally:
-                    self._turns.remove(turn)
-            if self.closed.is_set():
-                return False
-            self._items.append(batch)
-            cond.notify_all()  # the caller waiting for a batch, and the next thread in turn
+        """Wait for room (the threads in line first); False when stopping or closed first."""
+        turn: threading.Event | None = None
+        with self._lock:
+            deadline = time.monotonic() + _BARGE_S
+            while True:
+                if self.closed.is_set() or should_stop():
+                    return False
+                if not self._turns and len(self._items) < self._max:
+                    self._append_locked(batch)
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    turn = threading.Event()
+                    self._turns.append(turn)
+                    break
+                self._not_full.wait(min(left, 0.05))
+        while turn is not None:
+            turn.wait(0.05)
+            with self._lock:
+                if self.closed.is_set() or should_stop():
+                    self._leave_locked(turn)
+                    return False
+                if self._turns[0] is turn and len(self._items) < self._max:
+                    self._turns.popleft()
+                    self._append_locked(batch)
+                    break
+                turn.clear()
         notify = self.on_put
         if notify is not None:
             notify()
         return True
 
+    def _append_locked(self, batch: RecordBatch) -> None:
+        self._items.append(batch)
+        self._not_empty.notify()
+        self._room_locked()
+
+    def _room_locked(self) -> None:
+        """Tell the first in line, or else one competing thread, when there is room."""
+        if len(self._items) < self._max:
+            if self._turns:
+                self._turns[0].set()
+            else:
+                self._not_full.notify()
+
+    def _leave_locked(self, turn: threading.Event) -> None:
+        self._turns.remove(turn)
+        self._room_locked()  # it might have been this one's turn: pass it on
+
     def get(self, timeout: float) -> RecordBatch | None:
         """The next batch, or None after ``timeout`` seconds."""
-        cond = self._cond
-        with cond:
+        with self._lock:
             if not self._items and timeout > 0:
                 deadline = time.monotonic() + timeout
                 while not self._items:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    cond.wait(left)
+                    self._not_empty.wait(left)
             if not self._items:
                 return None
             batch = self._items.popleft()
-            if self._turns:
-                cond.notify_all()  # room for the thread whose turn it is
+            self._room_locked()
             return batch
 
     def full(self) -> bool:
