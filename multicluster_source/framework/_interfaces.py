@@ -163,10 +163,6 @@ class ReaderContext(Protocol):
         ``should_stop()`` turned true or the source is closing before the batch could be handed on."""
         ...
 
-    def is_buffer_full(self) -> bool:
-        """Whether the hand-off buffer is full right now (fetchers pause their partitions then)."""
-        ...
-
     def fail(self, error: BaseException) -> None:
         """Fail the whole source with ``error``."""
         ...

@@ -327,10 +327,6 @@ class WorkerHost:
                 self._emitted += 1
         return ok
 
-    def is_buffer_full(self) -> bool:
-        """Whether the handler's buffer is full."""
-        return self._handoff.full()
-
     def fail(self, error: BaseException) -> None:
         """Fail the whole run (bad data: the same for every reader)."""
         self._failure("source", error)

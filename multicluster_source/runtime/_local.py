@@ -382,10 +382,6 @@ class ReaderRunner:
             return False
         return self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
 
-    def is_buffer_full(self) -> bool:
-        """Whether the hand-off buffer is full."""
-        return self._handoff.full()
-
     def fail(self, error: BaseException) -> None:
         """Fail the source."""
         self._on_fail(error)

@@ -411,9 +411,6 @@ class _Ctx:
         self.batches.append(batch)
         return True
 
-    def is_buffer_full(self) -> bool:
-        return False
-
     def fail(self, error: BaseException) -> None:
         self.failed.append(error)
 

@@ -79,9 +79,6 @@ class _Context:
     def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
         return True
 
-    def is_buffer_full(self) -> bool:
-        return False
-
     def fail(self, error: BaseException) -> None:
         self.errors.append(error)
 

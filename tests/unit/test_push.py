@@ -403,7 +403,7 @@ def test_host_reports_a_finished_split_only_after_the_handler_returned() -> None
         host.deliver(StartReader())
         host.deliver(AssignSplits((KafkaPartitionSplit("c", "t", 0, 0, 100),)))
         host.deliver(NoMoreSplits())
-        assert wait_for(lambda: host.is_buffer_full() or len(host._handoff) >= 1)
+        assert wait_for(lambda: host._handoff.full() or len(host._handoff) >= 1)
         time.sleep(0.2)  # the fetcher has long finished emitting; the split must not be reported yet
         assert not any(
             isinstance(m, EventToEnumerator) and isinstance(m.event, SplitsFinishedEvent) for m in sent

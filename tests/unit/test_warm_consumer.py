@@ -176,7 +176,7 @@ def test_reader_opens_a_client_per_new_cluster_ahead_and_closes_those_no_split_c
 
     monkeypatch.setattr(_multicluster, "_AHEAD_S", 0.2)
     fetch = FetchSettings("s", 0, 10, _NoMetrics(), consumer_factory=factory)
-    reader = MultiClusterReader(context, ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
+    reader = MultiClusterReader(context, ReaderSettings("g", {}, "mcs", False, fetch))
     clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in ("east", "west")}
     reader.handle_source_event(MetadataUpdateEvent(clusters, 1))
     assert sorted(made) == ["east", "west"]  # both connecting before any split came
@@ -210,7 +210,7 @@ def test_split_ids_may_be_read_from_another_thread_while_fetchers_come() -> None
     from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 
     fetch = FetchSettings("s", 0, 10, _NoMetrics(), consumer_factory=lambda conf: FakeConsumer({"orders": 1}))
-    reader = MultiClusterReader(_ReaderContext(), ReaderSettings("g", {}, "mcs", False, fetch))  # type: ignore[arg-type]
+    reader = MultiClusterReader(_ReaderContext(), ReaderSettings("g", {}, "mcs", False, fetch))
     names = [f"c{i}" for i in range(40)]
     clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in names}
     errors: list[BaseException] = []
