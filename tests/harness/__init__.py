@@ -3,7 +3,8 @@
 ``cluster`` (the :class:`Cluster` interface and its client helpers), ``kafka`` (Apache Kafka KRaft, one node
 or rack clusters), ``secured`` (Apache Kafka with a SASL_SSL or mutual-TLS listener; certificates from
 ``tls``), ``tansu``, ``external``, ``pool`` (the session's clusters), ``maven`` (fetching Kafka's
-jars), ``processes`` (ports and broker processes); ``scenario`` and ``runtimes`` help the source's tests.
+jars), ``processes`` (ports and broker processes); ``scenario`` and ``runtimes`` help the source's tests,
+``fake_consumer`` its unit tests of fetchers and readers.
 """
 
 from .cluster import Cluster, unique_name

@@ -6,62 +6,14 @@ refresh (about a second); the fetcher asks first. These tests use a fake consume
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
+from harness.fake_consumer import FakeConsumer
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
-
-
-class FakeConsumer:
-    """Records list_topics and (un)assign calls; the broker has ``partitions`` per topic; no records."""
-
-    def __init__(self, partitions: dict[str, int]) -> None:
-        self.partitions = partitions
-        self.calls: list[tuple[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def _record(self, call: str, arg: Any) -> None:
-        with self.lock:
-            self.calls.append((call, arg))
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        self._record("metadata", topic)
-        names = list(self.partitions) if topic is None else [topic]
-        return SimpleNamespace(
-            topics={
-                name: SimpleNamespace(
-                    error=None, partitions=dict.fromkeys(range(self.partitions.get(name, 0)))
-                )
-                for name in names
-            }
-        )
-
-    def incremental_assign(self, tps: list[Any]) -> None:
-        self._record("assign", sorted((tp.topic, tp.partition) for tp in tps))
-
-    def incremental_unassign(self, tps: list[Any]) -> None:
-        self._record("unassign", sorted((tp.topic, tp.partition) for tp in tps))
-
-    def consume(self, n: int, timeout: float) -> list[Any]:
-        time.sleep(timeout)
-        return []
-
-    def poll(self, timeout: float) -> None:
-        time.sleep(min(timeout, 0.01))
-
-    def position(self, tps: list[Any]) -> list[Any]:
-        return tps
-
-    def get_watermark_offsets(self, tp: Any, cached: bool = False) -> tuple[int, int]:
-        return (0, 0)
-
-    def close(self) -> None:
-        self._record("close", None)
 
 
 class _Metrics:

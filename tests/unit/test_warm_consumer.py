@@ -6,68 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 from typing import Any
 
+from harness.fake_consumer import FakeConsumer
 from multicluster_source.reader._warm import WarmConsumer, leader_partitions, learn_topics
-
-
-class FakeConsumer:
-    """Topics with ``partitions`` partitions each, partition p led by broker ``p % brokers``."""
-
-    def __init__(self, partitions: dict[str, int], brokers: int = 2, gate: threading.Event | None = None):
-        self.partitions = partitions
-        self.brokers = brokers
-        self.gate = gate
-        self.calls: list[tuple[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def _record(self, call: str, arg: Any) -> None:
-        with self.lock:
-            self.calls.append((call, arg))
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        if self.gate is not None:
-            self.gate.wait(5)
-        self._record("metadata", topic)
-        names = list(self.partitions) if topic is None else [topic]
-        return SimpleNamespace(
-            topics={
-                name: SimpleNamespace(
-                    error=None,
-                    partitions={
-                        p: SimpleNamespace(leader=p % self.brokers) for p in range(self.partitions[name])
-                    },
-                )
-                for name in names
-                if name in self.partitions
-            }
-        )
-
-    def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
-        self._record("offsets", (tp.topic, tp.partition, cached))
-        return (0, 0)
-
-    def close(self) -> None:
-        self._record("close", None)
-
-    # what a fetcher calls on a consumer it reads with (no records here)
-
-    def incremental_assign(self, tps: list[Any]) -> None:
-        self._record("assign", sorted((tp.topic, tp.partition) for tp in tps))
-
-    def consume(self, n: int, timeout: float) -> list[Any]:
-        return []
-
-    def poll(self, timeout: float) -> None:
-        time.sleep(min(timeout, 0.01))
-
-    def position(self, tps: list[Any]) -> list[Any]:
-        return tps
-
-    def count(self, call: str) -> int:
-        with self.lock:
-            return sum(1 for c, _ in self.calls if c == call)
 
 
 class _ReaderContext:
