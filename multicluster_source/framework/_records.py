@@ -227,6 +227,19 @@ def records_of(cluster_id: str, messages: Sequence[Any]) -> list[SourceRecord]:
     return list(map(_new, repeat(SourceRecord), zip(repeat(cluster_id), messages, values)))
 
 
+def record_iterator(
+    cluster_id: str, messages: Sequence[Any], start: int
+) -> tuple[Iterator[SourceRecord], Any]:
+    """Records of ``messages[start:]`` (no deserializer), each made as it is taken, and the iterator over
+    ``messages`` the records are taken from: ``len(messages) - taken.__length_hint__()`` is the index after
+    the last message made into a record, and ``taken.__setstate__(len(messages))`` ends the records."""
+    taken: Any = iter(messages)
+    taken.__setstate__(start)
+    values: Any = iter(messages)
+    values.__setstate__(start)
+    return map(_new, repeat(SourceRecord), zip(repeat(cluster_id), taken, map(_value_of, values))), taken
+
+
 def raw_record(cluster_id: str, message: Any) -> RawRecord:
     """The record a deserializer receives for ``message``."""
     return _new(RawRecord, (cluster_id, message, message.value()))

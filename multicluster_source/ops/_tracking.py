@@ -259,6 +259,14 @@ class TopicTracker:
             _log.warning("source=%s: forgetting topic history timed out", self.source_name)
         return n
 
+    def forget_on_close(self) -> None:
+        """:meth:`forget` as the source closes for good: the outcome is logged, a failure does not raise."""
+        try:
+            n = self.forget()
+            _log.info("source=%s: closed for good; %d tracked topics forgotten", self.source_name, n)
+        except Exception:
+            _log.exception("source=%s: forgetting the topic history failed", self.source_name)
+
     def _forget_unstarted(self) -> int:
         entries = self.store.load()
         n = 0

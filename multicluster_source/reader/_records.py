@@ -14,7 +14,7 @@ position still counts as delivered, as the record was read).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from multicluster_source.exceptions import DeserializationError
@@ -23,6 +23,7 @@ from multicluster_source.framework._records import (
     SourceRecord,
     deserialized_record,
     raw_record,
+    record_iterator,
     records_of,
 )
 
@@ -39,6 +40,34 @@ class RecordMaker:
         self._deserializer = deserializer
         self._policy = policy
         self._metrics = metrics
+
+    def iterate(
+        self, cluster_id: str, messages: Sequence[Any], start: int
+    ) -> tuple[Iterator[SourceRecord], Any]:
+        """Records of ``messages[start:]`` made one at a time as they are taken (iteration of a stream), and
+        the iterator over ``messages`` they are taken from (see
+        :func:`~multicluster_source.framework._records.record_iterator`). A message whose deserializer raises
+        under policy ``fail`` is not counted as taken."""
+        if self._deserializer is None:
+            return record_iterator(cluster_id, messages, start)
+        taken: Any = iter(messages)
+        taken.__setstate__(start)
+        return self._deserialized(cluster_id, messages, taken), taken
+
+    def _deserialized(self, cluster_id: str, messages: Sequence[Any], taken: Any) -> Iterator[SourceRecord]:
+        deserializer = self._deserializer
+        assert deserializer is not None
+        for m in taken:
+            try:
+                value = deserializer(raw_record(cluster_id, m))
+            except Exception as exc:
+                if self._policy == "fail":
+                    taken.__setstate__(len(messages) - taken.__length_hint__() - 1)  # m was not delivered
+                    raise DeserializationError(cluster_id, m.topic(), m.partition(), m.offset()) from exc
+                if self._metrics is not None:
+                    self._metrics.deserialization_error(cluster_id, m.topic())
+                continue
+            yield deserialized_record(cluster_id, m, value)
 
     def __call__(self, cluster_id: str, messages: Sequence[Any]) -> list[SourceRecord]:
         """The records of ``messages`` (all of one cluster), in order."""

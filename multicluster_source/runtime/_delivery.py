@@ -2,23 +2,44 @@
 
 A :class:`Delivery` belongs to one consumer of a :class:`~._handoff.Handoff` (the caller's thread of a stream,
 or the handler thread of a push worker) and is used from that thread only. It keeps the batch it is in the
-middle of, so that ``poll`` and ``poll_batches`` may be mixed and ``max_records`` may cut a batch: a batch
-taken whole moves the delivered positions by its own positions (no per-message work), a part of one by the
-offsets of the messages in that part.
+middle of, so that ``poll``, ``poll_batches`` and iteration may be mixed and ``max_records`` may cut a batch:
+a batch taken whole moves the delivered positions by its own positions (no per-message work), a part of one
+by the offsets of the messages in that part.
+
+Iteration (:meth:`Delivery.iterate`) makes each record only as the caller takes it, so a record the caller
+is done with is freed before the next is made (the garbage collector never sees a batch's worth of records
+alive). What it took counts as delivered when :meth:`Delivery.settle` looks at how far it got: at the end of
+the batch, on a checkpoint, and before ``poll`` or ``poll_batches`` take over (which also end the iterator
+over that batch, so nothing is handed out twice).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import BatchEventTimes, part_event_times
 from multicluster_source.runtime._handoff import Handoff
 
-RecordMaker = Callable[[str, Sequence[Any]], list[SourceRecord]]
+
+class RecordMaker(Protocol):
+    """Makes records of one cluster's messages (:class:`~multicluster_source.reader._records.RecordMaker`)."""
+
+    def __call__(self, cluster_id: str, messages: Sequence[Any], /) -> list[SourceRecord]:
+        """The records of ``messages``, in order."""
+        ...
+
+    def iterate(
+        self, cluster_id: str, messages: Sequence[Any], start: int, /
+    ) -> tuple[Iterator[SourceRecord], Any]:
+        """Records of ``messages[start:]`` made as they are taken; the list iterator they are taken from."""
+        ...
+
+
 OnDelivered = Callable[
     [str, Sequence[Any], "Mapping[str, tuple[int, int]] | None", "list[SourceRecord] | None"], None
 ]
@@ -55,11 +76,58 @@ class Delivery:
         self._event_times: Mapping[str, tuple[int, int]] | None = None
         self._batch: RecordBatch | None = None
         self._start = 0  # messages of self._batch before this index were handed out
+        self._taken: Any = None  # iteration's list iterator over self._batch.messages (None: not iterating)
+        self._iterating = 0  # thread id of the iterating caller
 
     @property
     def holding(self) -> bool:
-        """Whether part of a batch is still to be handed out."""
-        return self._batch is not None
+        """Whether part of a batch is still to be handed out (read from any thread)."""
+        taken = self._taken
+        return self._batch is not None and (taken is None or taken.__length_hint__() > 0)
+
+    def iterate(self, timeout: float, stopped: Callable[[], bool]) -> Iterator[SourceRecord] | None:
+        """The records of the rest of the current batch (or of the next one ready within ``timeout``), each
+        made as it is taken; None when nothing came. Ends the previous iterator; :meth:`settle` counts what
+        was taken as delivered."""
+        self.detach()
+        if self._next(time.monotonic() + timeout, False, stopped) is None:
+            return None
+        batch = self._batch
+        assert batch is not None
+        records, self._taken = self._make_records.iterate(batch.cluster_id, batch.messages, self._start)
+        self._iterating = threading.get_ident()
+        return records
+
+    def settle(self) -> None:
+        """Count the records iteration took so far as delivered: their positions, then ``on_delivered``."""
+        taken, batch = self._taken, self._batch
+        if taken is None or batch is None:
+            return
+        start = self._start
+        end = len(batch.messages) - taken.__length_hint__()
+        if end > start:
+            cluster_id, messages, positions = self._take(end - start)
+            if self._on_delivered is not None:
+                try:
+                    self._on_delivered(cluster_id, messages, self._event_times, None)
+                except BaseException:
+                    self._batch, self._start = batch, start
+                    raise
+            self._advance(positions)
+        if self._batch is None:
+            self._taken = None
+
+    def settle_if_iterating_here(self) -> None:
+        """:meth:`settle` when called from the thread that iterates (a watermark read in the loop)."""
+        if self._taken is not None and self._iterating == threading.get_ident():
+            self.settle()
+
+    def detach(self) -> None:
+        """:meth:`settle`, then end the iterator: what it did not hand out, what comes next hands out."""
+        self.settle()
+        taken, self._taken = self._taken, None
+        if taken is not None and self._batch is not None:
+            taken.__setstate__(len(self._batch.messages))
 
     def _next(self, deadline: float, have: bool, stopped: Callable[[], bool]) -> RecordBatch | None:
         while self._batch is None:
@@ -103,6 +171,7 @@ class Delivery:
         When the record maker raises (a deserializer under policy ``fail``), the records of that batch part
         are not returned and their positions do not count as delivered.
         """
+        self.detach()
         out: list[SourceRecord] = []
         deadline = time.monotonic() + timeout
         while len(out) < max_records and self._next(deadline, bool(out), stopped) is not None:
@@ -115,12 +184,16 @@ class Delivery:
             except BaseException:
                 self._batch, self._start = batch, start
                 raise
-            out.extend(made)
+            if out:
+                out.extend(made)
+            else:
+                out = made
             self._advance(positions)
         return out
 
     def batches(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[MessageBatch]:
         """Batches that are ready (at most ``max_records`` messages in all), ``[]`` after ``timeout``."""
+        self.detach()
         out: list[MessageBatch] = []
         n = 0
         deadline = time.monotonic() + timeout

@@ -6,6 +6,7 @@ asked for on the coordinator thread by the stream before it calls in here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -44,6 +45,28 @@ def stream_health(
     if reasons:
         return {"status": "not_ready", "reasons": reasons}
     return {"status": "ready", "reasons": []}
+
+
+def enumerator_status(coordinator: Any, enumerator: Any, timeout: float = 5.0) -> dict[str, Any] | None:
+    """The enumerator's own status view, asked on the coordinator thread; None without one or on failure."""
+    status = getattr(enumerator, "status", None)
+    if not callable(status):
+        return None
+    try:
+        result = coordinator.call_sync(status, timeout=timeout)
+    except Exception:
+        return None
+    return dict(result) if isinstance(result, dict) else None
+
+
+def fail_silent_readers(readers: Sequence[ReaderRunner], heartbeat_s: float) -> None:
+    """Fail every running reader whose thread has not looped for ``heartbeat_s`` (coordinator thread)."""
+    now = time.monotonic()
+    for runner in readers:
+        if runner.failed is None and runner.reader is not None and not runner.finished.is_set():
+            silent = now - runner.last_beat
+            if silent > heartbeat_s:
+                runner.reader_failed(TimeoutError(f"no heartbeat for {silent:.1f} s"))
 
 
 def reader_assignments(readers: Sequence[ReaderRunner]) -> dict[int, list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from multicluster_source.runtime._enumeration import stop_enumeration, take_chec
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._local import Coordinator, ReaderRunner
 from multicluster_source.runtime._status import (
+    enumerator_status,
+    fail_silent_readers,
     reader_assignments,
     secret_values,
     stream_health,
@@ -167,15 +169,9 @@ class SourceStream:
 
     def _watch_heartbeats(self) -> None:
         """Coordinator timer: a reader whose thread has not looped for the heartbeat timeout is failed."""
-        if self._closed:
-            return
-        now = time.monotonic()
-        for runner in self._readers:
-            if runner.failed is None and runner.reader is not None and not runner.finished.is_set():
-                silent = now - runner.last_beat
-                if silent > self._heartbeat_s:
-                    runner.reader_failed(TimeoutError(f"no heartbeat for {silent:.1f} s"))
-        self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
+        if not self._closed:
+            fail_silent_readers(self._readers, self._heartbeat_s)
+            self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
 
     def kill_reader(self, index: int) -> None:
         """Make reader ``index`` fail as if its thread died (for testing failover; chaos tooling)."""
@@ -196,11 +192,7 @@ class SourceStream:
 
         Raises the source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
-        return self._poll(timeout, max_records, "poll()")
-
-    def _poll(self, timeout: float, max_records: int, what: str | None) -> list[SourceRecord]:
-        if not self._before_poll(what):
-            return []
+        self._before_poll("poll()")
         try:
             out = self._delivery.records(timeout, max_records, self._stop_waiting)
         except (DeserializationError, SourceFailedError) as exc:  # deserializer or timestamp assigner failed
@@ -236,11 +228,20 @@ class SourceStream:
             self.checkpoint()
         return True
 
+    def _settle(self, settle: Callable[[], None]) -> None:
+        """Count what iteration handed out as delivered; a timestamp assigner that raises fails the stream."""
+        try:
+            settle()
+        except SourceFailedError as exc:
+            self._fail(exc)
+            raise
+
     def _stop_waiting(self) -> bool:
         return self._closed or self._error is not None or self.finished
 
     def __iter__(self) -> Iterator[SourceRecord]:
         """Every record, blocking; ends when a bounded source finished or the stream was closed meanwhile.
+        A checkpoint in the loop, or a ``poll`` after leaving it, starts right after the last record it got.
 
         Raises :class:`StreamClosedError` when the stream is already closed as iteration starts.
         """
@@ -248,11 +249,20 @@ class SourceStream:
         return self._iterate()
 
     def _iterate(self) -> Iterator[SourceRecord]:
-        while True:
-            records = self._poll(0.5, 10_000, None)
-            yield from records
-            if not records and (self._closed or self.finished):
-                return
+        delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
+        while self._before_poll(None):
+            try:
+                records = delivery.iterate(0.5, self._stop_waiting)
+                if records is None:
+                    self._raise_if_failed()
+                    if self._closed or self.finished:
+                        return
+                    continue
+                yield from records
+                delivery.settle()
+            except (DeserializationError, SourceFailedError) as exc:  # deserializer or timestamp assigner
+                self._fail(exc)
+                raise
 
     @property
     def finished(self) -> bool:
@@ -272,6 +282,7 @@ class SourceStream:
         """The event-time watermark in ms of the records returned so far: the minimum over active, non-idle
         splits, never decreasing; None until every active split has one (and without a watermark
         strategy)."""
+        self._settle(self._delivery.settle_if_iterating_here)
         return self._watermarks.watermark
 
     @property
@@ -308,15 +319,9 @@ class SourceStream:
         """
         return self._topics.reset()
 
-    def _enumerator_status(self, timeout: float = 5.0) -> dict[str, Any] | None:
-        status = getattr(getattr(self, "_enumerator", None), "status", None)
-        if self._closed or not callable(status):
-            return None
-        try:
-            result = self._coordinator.call_sync(status, timeout=timeout)
-        except Exception:
-            return None
-        return dict(result) if isinstance(result, dict) else None
+    def _enumerator_status(self) -> dict[str, Any] | None:
+        enumerator = None if self._closed else getattr(self, "_enumerator", None)
+        return enumerator_status(self._coordinator, enumerator)
 
     def health(self) -> dict[str, Any]:
         """``{"status": "ready"}`` when metadata is loaded and every reader thread runs, else
@@ -354,6 +359,7 @@ class SourceStream:
         """Take a checkpoint covering every record already returned; returns its id once it is durable and,
         with a group id, once offsets were committed (or the commit timed out, which is logged)."""
         self._raise_if_failed()
+        self._settle(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
         store = self._store
@@ -386,11 +392,7 @@ class SourceStream:
         enumerator = getattr(self, "_enumerator", None)
         stop_enumeration(self._name, self._coordinator, enumerator, self._source.metadata_service)
         if forget_topics:
-            try:
-                n = self._topics.forget()
-                _log.info("source=%s: closed for good; %d tracked topics forgotten", self._name, n)
-            except Exception:
-                _log.exception("source=%s: forgetting the topic history failed", self._name)
+            self._topics.forget_on_close()
         self._topics.close()
         self._metrics.close()
         if self._dir_lock is not None:

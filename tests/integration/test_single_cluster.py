@@ -210,3 +210,29 @@ def test_unreachable_cluster_at_start_logs_and_retries_without_hanging(
     assert opened_in < 10, "open() must not wait for an unreachable cluster"
     assert [r.value for r in got] == [b"ok"], "the reachable cluster must keep flowing"
     assert "cluster=dead: partition discovery failed" in caplog.text
+
+
+def test_iteration_left_mid_batch_checkpoints_and_goes_on_after_the_last_record_returned(
+    kafka_cluster: Cluster, tmp_path
+) -> None:
+    """``for record in stream`` takes records out of a fetched batch one by one: a checkpoint taken in the
+    loop, and a ``poll`` after leaving it, start right after the last record the loop got, however many
+    more the batch held."""
+    topic = kafka_cluster.create_topic("iterate-ckpt", partitions=1)
+    kafka_cluster.produce_n(topic, 300, partitions=1)
+    md = [stream("s", cluster_md(kafka_cluster, topic))]
+    ckpt = str(tmp_path / "ckpt")
+    with builder(md).build().open(checkpoint_dir=ckpt) as s:
+        looped = []
+        for record in s:
+            looped.append(record.offset)
+            if len(looped) == 20:
+                s.checkpoint()  # covers exactly the 20 records the loop got
+                break
+        after = drain(s, 10)
+    assert looped == list(range(20))
+    assert [r.offset for r in after][:10] == list(range(20, 30)), "records after the loop were skipped"
+    with builder(md).build().open(checkpoint_dir=ckpt) as s:
+        restored = drain(s, 280)
+        restored += settle(s, 0.5)
+    assert sorted(r.offset for r in restored) == list(range(20, 300)), "the checkpoint skipped records"

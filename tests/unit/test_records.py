@@ -169,3 +169,66 @@ def test_positions_without_messages_are_delivered_on_the_way() -> None:
     delivery, delivered = _delivery([RecordBatch("east", [], {"east/t/0": 100}), _batch("east", [(1, 0)])])
     records = delivery.records(0.0, 10, lambda: False)
     assert len(records) == 1 and delivered == {"east/t/0": 100, "east/t/1": 1}
+
+
+def _offsets(records: Any) -> list[tuple[int, int]]:
+    return [(r.partition, r.offset) for r in records]
+
+
+def test_iteration_counts_as_delivered_only_the_records_taken_so_far() -> None:
+    batch = _batch("east", [(0, 10), (0, 11), (1, 5), (1, 6), (1, 7)])
+    delivery, delivered = _delivery([batch, _batch("east", [(0, 12)])])
+    records = delivery.iterate(0.0, lambda: False)
+    assert records is not None
+    assert _offsets([next(records), next(records), next(records)]) == [(0, 10), (0, 11), (1, 5)]
+    assert delivered == {} and delivery.holding
+    delivery.settle()  # a checkpoint in the loop
+    assert delivered == {"east/t/0": 12, "east/t/1": 6}
+    assert _offsets(records) == [(1, 6), (1, 7)]
+    delivery.settle()  # the end of the batch: its own positions
+    assert delivered == {"east/t/0": 12, "east/t/1": 8} and not delivery.holding
+    nxt = delivery.iterate(0.0, lambda: False)
+    assert nxt is not None and _offsets(nxt) == [(0, 12)]
+
+
+def test_poll_after_leaving_a_loop_goes_on_after_its_last_record_and_ends_the_loops_iterator() -> None:
+    batch = _batch("east", [(0, 1), (0, 2), (0, 3), (0, 4)])
+    delivery, delivered = _delivery([batch])
+    records = delivery.iterate(0.0, lambda: False)
+    assert records is not None and next(records).offset == 1
+    rest = delivery.records(0.0, 10, lambda: False)
+    assert _offsets(rest) == [(0, 2), (0, 3), (0, 4)]
+    assert list(records) == [], "the old iterator handed out what poll already returned"
+    assert delivered == {"east/t/0": 5} and not delivery.holding
+
+
+def test_a_new_iterator_takes_over_where_the_last_one_stopped() -> None:
+    delivery, delivered = _delivery([_batch("east", [(0, 1), (0, 2), (0, 3)])])
+    first = delivery.iterate(0.0, lambda: False)
+    assert first is not None and next(first).offset == 1
+    second = delivery.iterate(0.0, lambda: False)
+    assert second is not None and [r.offset for r in second] == [2, 3] and list(first) == []
+    delivery.settle()
+    assert delivered == {"east/t/0": 4}
+
+
+def test_iteration_with_a_deserializer_stops_before_the_record_that_fails() -> None:
+    messages = [_msg(0, 1, b"ok"), _msg(0, 2, b"bad"), _msg(0, 3, b"ok2")]
+    delivery, delivered = _delivery([RecordBatch("east", messages, {"east/t/0": 4})], RecordMaker(_broken))
+    records = delivery.iterate(0.0, lambda: False)
+    assert records is not None and next(records).value == b"ok"
+    with pytest.raises(DeserializationError):
+        next(records)
+    delivery.settle()
+    assert delivered == {"east/t/0": 2} and delivery.holding
+
+
+def test_iteration_with_policy_skip_leaves_out_the_failing_record_but_counts_it_delivered() -> None:
+    messages = [_msg(0, 1, b"ok"), _msg(0, 2, b"bad")]
+    metrics = _Metrics()
+    maker = RecordMaker(_broken, "skip", metrics)
+    delivery, delivered = _delivery([RecordBatch("east", messages, {"east/t/0": 3})], maker)
+    records = delivery.iterate(0.0, lambda: False)
+    assert records is not None and [r.value for r in records] == [b"ok"]
+    delivery.settle()
+    assert delivered == {"east/t/0": 3} and metrics.errors == [("east", "t")] and not delivery.holding
