@@ -12,14 +12,16 @@ each of two with ``--clusters 2``), then measures, alternating in this order and
     (unbounded, earliest), touching ``msg.value()`` of every message of every ``MessageBatch``;
 ``records-1``
     the source's record path, parallelism 1: ``stream.poll(max_records=10000)`` touching ``record.value``;
-``batches-2``, ``records-2``
+``iterate-1``
+    the record path by iteration, parallelism 1: ``for record in stream`` touching ``record.value``;
+``batches-2``, ``records-2``, ``iterate-2``
     the same with parallelism 2 (the enumerator spreads the partitions over two readers);
 ``raw-2``
     raw, 2 readers: two threads over disjoint partitions (partitions 0-1 and 2-3 of every topic).
 
 Each figure is records / second from creating the client (or opening the source) to the N-th record, so it
 includes start-up (connecting, metadata, the first fetch); a second figure counts from the first record on.
-The ratios are batches / raw and records / raw, for 1 and for 2 readers.
+The ratios are batches / raw, records / raw and iterate / raw, for 1 and for 2 readers.
 
 Every kind runs under each selected *client variant* (``--variants``): ``fast-refetch`` (the default:
 ``fetch.queue.backoff.ms=10`` on the raw consumers, which the source sets itself) and ``defaults``
@@ -47,7 +49,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +73,7 @@ from multicluster_source import (
     KafkaStream,
     MultiClusterKafkaSource,
     OffsetsInitializer,
+    SourceRecord,
     SourceStream,
     StaticMetadataService,
 )
@@ -79,17 +83,19 @@ QUICK_RECORDS = 100_000
 PARTITIONS = 4
 VALUE_SIZE = 100
 STALL_TIMEOUT_S = 120.0
-KINDS = ("raw-1", "batches-1", "records-1", "batches-2", "records-2", "raw-2")
+KINDS = ("raw-1", "batches-1", "records-1", "iterate-1", "batches-2", "records-2", "iterate-2", "raw-2")
 LABELS = {
     "raw-1": "raw confluent-kafka, 1 consumer",
     "batches-1": "source batch path (poll_batches), parallelism=1",
     "records-1": "source record path (poll), parallelism=1",
+    "iterate-1": "source record path (for record in stream), parallelism=1",
     "batches-2": "source batch path (poll_batches), parallelism=2",
     "records-2": "source record path (poll), parallelism=2",
+    "iterate-2": "source record path (for record in stream), parallelism=2",
     "raw-2": "raw confluent-kafka, 2 consumers in 2 threads",
 }
-#: The source's two ways of handing over what it read, by the name used in KINDS.
-PATHS = ("batches", "records")
+#: The source's ways of handing over what it read, by the name used in KINDS.
+PATHS = ("batches", "records", "iterate")
 #: Client properties given to the raw consumers and to the source alike, by variant name. The source sets
 #: ``fetch.queue.backoff.ms=10`` itself, so ``fast-refetch`` gives the raw consumers what the source has.
 VARIANTS: dict[str, dict[str, str]] = {
@@ -323,7 +329,29 @@ def _take_records(stream: SourceStream) -> int:
     return len(records)
 
 
-TAKERS: dict[str, Callable[[SourceStream], int]] = {"batches": _take_batches, "records": _take_records}
+_ITERATORS: weakref.WeakKeyDictionary[SourceStream, Iterator[SourceRecord]] = weakref.WeakKeyDictionary()
+
+
+def _take_iterated(stream: SourceStream) -> int:
+    """The record path by iteration: ``for record in stream`` (one iterator per stream), touching
+    ``record.value``; returns after 10,000 records, as ``poll`` would."""
+    records = _ITERATORS.get(stream)
+    if records is None:
+        records = _ITERATORS[stream] = iter(stream)
+    n = 0
+    for record in records:
+        record.value  # noqa: B018 - touch every value, as the raw drains do
+        n += 1
+        if n == 10_000:
+            break
+    return n
+
+
+TAKERS: dict[str, Callable[[SourceStream], int]] = {
+    "batches": _take_batches,
+    "records": _take_records,
+    "iterate": _take_iterated,
+}
 
 
 def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[str, str]) -> Measurement:
@@ -412,7 +440,11 @@ def profile_source(
 # ----------------------------------------------------------------------------------------------- running
 
 
-PATH_NAMES = {"batches": "batch path (poll_batches)", "records": "record path (poll)"}
+PATH_NAMES = {
+    "batches": "batch path (poll_batches)",
+    "records": "record path (poll)",
+    "iterate": "record path (iteration)",
+}
 PROFILE_FILES = {"records": "profile-record-path.txt", "batches": "profile-batch-path.txt"}
 
 
@@ -508,6 +540,7 @@ def run(
             "batch_path": "poll_batches(timeout=0.5, max_records=10000), msg.value() on each message of "
             "each batch",
             "record_path": "poll(timeout=0.5, max_records=10000), record.value on each record",
+            "iterate_path": "for record in stream, record.value on each record",
             "timed_from": "client creation / source.open() to the N-th record",
             "labels": LABELS,
         },
@@ -536,9 +569,11 @@ def _cell(stats: dict[str, float]) -> str:
     return f"{_k(stats['median'])} [{_k(stats['min'])}-{_k(stats['max'])}]"
 
 
-def table_rows(result: dict[str, Any]) -> list[tuple[str, int, str, str, str, str, float, float]]:
-    """(variant, readers, timed, raw cell, batches cell, records cell, batches/raw, records/raw) for every
-    line of the table."""
+def table_rows(
+    result: dict[str, Any],
+) -> list[tuple[str, int, str, str, dict[str, str], dict[str, float]]]:
+    """(variant, readers, timed, raw cell, path -> cell, path -> ratio over raw) for every line of the table;
+    the paths are those the result has (results before iteration was measured lack ``iterate``)."""
     rows = []
     for variant, vr in result["variants"].items():
         for timed, key, prefix in (
@@ -547,16 +582,15 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, int, str, str, str, st
         ):
             for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
                 s, ratios = vr[key], vr["ratios"]
+                paths = [p for p in PATHS if f"{p}-{readers}" in s]
                 rows.append(
                     (
                         variant,
                         readers,
                         timed,
                         _cell(s[f"raw-{readers}"]),
-                        _cell(s[f"batches-{readers}"]),
-                        _cell(s[f"records-{readers}"]),
-                        ratios[f"{prefix}batches_over_raw_{suffix}"],
-                        ratios[f"{prefix}records_over_raw_{suffix}"],
+                        {p: _cell(s[f"{p}-{readers}"]) for p in paths},
+                        {p: ratios[f"{prefix}{p}_over_raw_{suffix}"] for p in paths},
                     )
                 )
     return rows
@@ -569,30 +603,36 @@ def format_table(result: dict[str, Any]) -> str:
         f"Throughput: {cfg['records']:,} records x {cfg['value_bytes']} B, {cfg['clusters']} cluster(s), "
         f"{cfg['partitions_per_topic']} partitions per topic, {cfg['repeats']} runs each "
         f"(records/s, median [min-max])",
-        f"{'variant':<13} {'readers':<7} {'timed':<13} {'raw confluent-kafka':>22} {'batches':>22} "
-        f"{'records':>22} {'batches/raw':>11} {'records/raw':>11}",
+        f"{'variant':<13} {'readers':<7} {'timed':<13} {'raw confluent-kafka':>22} "
+        + " ".join(f"{p:>22}" for p in PATHS)
+        + " "
+        + " ".join(f"{p + '/raw':>11}" for p in PATHS),
     ]
-    for variant, readers, timed, raw, batches, records, b_ratio, r_ratio in table_rows(result):
+    for variant, readers, timed, raw, cells, ratios in table_rows(result):
         lines.append(
-            f"{variant:<13} {readers:<7} {timed:<13} {raw:>22} {batches:>22} {records:>22} "
-            f"{b_ratio:>11.2f} {r_ratio:>11.2f}"
+            f"{variant:<13} {readers:<7} {timed:<13} {raw:>22} "
+            + " ".join(f"{cells.get(p, '-'):>22}" for p in PATHS)
+            + " "
+            + " ".join(f"{ratios[p]:>11.2f}" if p in ratios else f"{'-':>11}" for p in PATHS)
         )
     for variant, vr in result["variants"].items():
         c, r = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
         if not c or not r:  # a result written before CPU time was measured
             continue
         for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+            paths = [p for p in PATHS if f"{p}-{readers}" in c]
             lines.append(
                 f"process CPU ns per record, {variant}, {readers} reader(s) (median): raw "
-                f"{c[f'raw-{readers}']['median']:.0f}, batches {c[f'batches-{readers}']['median']:.0f}, "
-                f"records {c[f'records-{readers}']['median']:.0f}; raw/batches "
-                f"{r[f'raw_over_batches_{suffix}']:.2f}, raw/records {r[f'raw_over_records_{suffix}']:.2f}"
+                f"{c[f'raw-{readers}']['median']:.0f}, "
+                + ", ".join(f"{p} {c[f'{p}-{readers}']['median']:.0f}" for p in paths)
+                + "; "
+                + ", ".join(f"raw/{p} {r[f'raw_over_{p}_{suffix}']:.2f}" for p in paths)
             )
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]
         lines.append(
             f"first record after (median s), {variant}: "
-            + ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in KINDS)
+            + ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in KINDS if kind in f)
         )
     return "\n".join(lines)
 

@@ -36,36 +36,39 @@ def _throughput_md(result: dict[str, Any]) -> list[str]:
         f"{cfg['partitions_per_topic']} partitions per topic; {cfg['repeats']} runs of each, alternating "
         f"({', '.join(bench_throughput.KINDS)} per variant). Records per second, median [min-max]; *batches* "
         f"is the source's batch path (`poll_batches`, `msg.value()` of every message), *records* its record "
-        f"path (`poll`, `record.value`); *open -> N-th* counts from client creation / `source.open()` to the "
+        f"path (`poll`, `record.value`), *iterate* the record path by iteration (`for record in stream`, "
+        f"`record.value`); *open -> N-th* counts from client creation / `source.open()` to the "
         f"last record, *1st -> N-th* from the first record on.",
         "",
-        "| client variant | readers | timed | raw confluent-kafka (reference) | batches | records "
-        "| batches / raw | records / raw |",
-        "|---|---|---|---|---|---|---|---|",
+        "| client variant | readers | timed | raw confluent-kafka (reference) | batches | records | iterate "
+        "| batches / raw | records / raw | iterate / raw |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for variant, readers, timed, raw, batches, records, b_ratio, r_ratio in bench_throughput.table_rows(
-        result
-    ):
+    paths = bench_throughput.PATHS
+    for variant, readers, timed, raw, cells, ratios in bench_throughput.table_rows(result):
         lines.append(
-            f"| {variant} | {readers} | {timed} | {raw} | {batches} | {records} | **{b_ratio:.2f}** "
-            f"| **{r_ratio:.2f}** |"
+            f"| {variant} | {readers} | {timed} | {raw} | "
+            + " | ".join(cells.get(p, "-") for p in paths)
+            + " | "
+            + " | ".join(f"**{ratios[p]:.2f}**" if p in ratios else "-" for p in paths)
+            + " |"
         )
     lines.append("")
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]
         props = vr["client_properties"] or "none (librdkafka's defaults; the source's own)"
-        firsts = ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in bench_throughput.KINDS)
+        firsts = ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in bench_throughput.KINDS if kind in f)
         lines.append(f"- `{variant}`: client properties {props}; first record after (median s): {firsts}")
         cpu, ratios = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
         if cpu and ratios:
             for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
-                ns = {kind: cpu[f"{kind}-{readers}"]["median"] for kind in ("raw", "batches", "records")}
+                present = [p for p in bench_throughput.PATHS if f"{p}-{readers}" in cpu]
                 lines.append(
                     f"- `{variant}`, {readers} reader(s): process CPU per record (every thread, median) raw "
-                    f"{ns['raw']:.0f} ns, batches {ns['batches']:.0f} ns, records {ns['records']:.0f} ns; "
-                    f"raw / batches "
-                    f"**{ratios[f'raw_over_batches_{suffix}']:.2f}**, raw / records "
-                    f"**{ratios[f'raw_over_records_{suffix}']:.2f}**"
+                    f"{cpu[f'raw-{readers}']['median']:.0f} ns, "
+                    + ", ".join(f"{p} {cpu[f'{p}-{readers}']['median']:.0f} ns" for p in present)
+                    + "; "
+                    + ", ".join(f"raw / {p} **{ratios[f'raw_over_{p}_{suffix}']:.2f}**" for p in present)
                 )
     if "profile" in result:
         profile = result["profile"]
