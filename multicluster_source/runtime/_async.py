@@ -11,8 +11,9 @@ nothing here waits on a thread from the event loop.
 - **Cancellation**: records are only taken out of the hand-off after the last ``await`` of a call, and then
   returned at once; a ``poll`` cancelled while it waits has taken nothing, so what it did not return is
   returned by the next call. ``async for`` takes one record per step for the same reason (a checkpoint
-  covers exactly the records handed to the loop body), and lets other tasks run every
-  :data:`_YIELD_AFTER_S` when records are always ready.
+  covers exactly the records handed to the loop body; each record is made as it is taken, as in the
+  synchronous ``for`` loop), and lets other tasks run every :data:`_YIELD_AFTER_S` when records are
+  always ready.
 - **Blocking work** (open, checkpoint, close, the enumerator's part of ``status()``) runs in the loop's
   default executor (``asyncio.to_thread``). Periodic checkpoints (``checkpoint_interval``) are taken by
   this wrapper, in the executor, before a poll takes records, so each covers what was returned before it.
@@ -174,12 +175,12 @@ class AsyncSourceStream:
             await asyncio.sleep(0)  # records are always ready: let the loop's other tasks run
             self._yielded_at = time.monotonic()
         while True:
-            got = stream.poll(timeout=0, max_records=1) if not self._closed else []
-            if got:
-                return got[0]
+            record = stream._next_ready() if not self._closed else None
+            if record is not None:
+                return record
             if self._closed or stream.finished:
                 raise StopAsyncIteration
-            got = await self.poll(timeout=_IDLE_WAKE_S, max_records=1)
+            got = await self._take(_one_ready, _IDLE_WAKE_S)
             if got:
                 return got[0]
 
@@ -277,3 +278,9 @@ def _close_when_opened(future: asyncio.Future[SourceStream]) -> None:
 
 
 __all__ = ["AsyncSourceStream"]
+
+
+def _one_ready(stream: SourceStream) -> list[SourceRecord]:
+    """The next record ready now as a list of one, or ``[]`` (``async for`` waiting for records)."""
+    record = stream._next_ready()
+    return [] if record is None else [record]

@@ -78,6 +78,7 @@ class Delivery:
         self._start = 0  # messages of self._batch before this index were handed out
         self._taken: Any = None  # iteration's list iterator over self._batch.messages (None: not iterating)
         self._iterating = 0  # thread id of the iterating caller
+        self._ready: Iterator[SourceRecord] | None = None  # next_ready's records of the current batch
 
     @property
     def holding(self) -> bool:
@@ -97,6 +98,20 @@ class Delivery:
         records, self._taken = self._make_records.iterate(batch.cluster_id, batch.messages, self._start)
         self._iterating = threading.get_ident()
         return records
+
+    def next_ready(self, stopped: Callable[[], bool]) -> SourceRecord | None:
+        """The next record ready now, made as it is taken (``async for``: one at a time, never waiting)."""
+        while True:
+            records = self._ready
+            if records is not None:
+                record = next(records, None)
+                if record is not None:
+                    return record
+                self._ready = None
+                self.settle()
+            self._ready = self.iterate(0.0, stopped)
+            if self._ready is None:
+                return None
 
     def settle(self) -> None:
         """Count the records iteration took so far as delivered: their positions, then ``on_delivered``."""

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from multicluster_source.exceptions import (
     ConfigurationError,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from multicluster_source.runtime._factory import SourceFactory
 
 _log = logging.getLogger("multicluster_source")
+_T = TypeVar("_T")
 
 
 class SourceStream:
@@ -193,11 +194,7 @@ class SourceStream:
         Raises the source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
         self._before_poll("poll()")
-        try:
-            out = self._delivery.records(timeout, max_records, self._stop_waiting)
-        except (DeserializationError, SourceFailedError) as exc:  # deserializer or timestamp assigner failed
-            self._fail(exc)
-            raise
+        out = self._taking(lambda: self._delivery.records(timeout, max_records, self._stop_waiting))
         if not out:
             self._raise_if_failed()
         return out
@@ -209,9 +206,8 @@ class SourceStream:
         May be mixed with :meth:`poll`; checkpoints cover every message of every batch returned. Raises the
         source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
-        if not self._before_poll("poll_batches()"):
-            return []
-        out = self._delivery.batches(timeout, max_records, self._stop_waiting)
+        self._before_poll("poll_batches()")
+        out = self._taking(lambda: self._delivery.batches(timeout, max_records, self._stop_waiting))
         if not out:
             self._raise_if_failed()
         return out
@@ -228,11 +224,11 @@ class SourceStream:
             self.checkpoint()
         return True
 
-    def _settle(self, settle: Callable[[], None]) -> None:
-        """Count what iteration handed out as delivered; a timestamp assigner that raises fails the stream."""
+    def _taking(self, take: Callable[[], _T]) -> _T:
+        """``take()``; a deserializer (policy ``fail``) or timestamp assigner that raises fails the stream."""
         try:
-            settle()
-        except SourceFailedError as exc:
+            return take()
+        except (DeserializationError, SourceFailedError) as exc:
             self._fail(exc)
             raise
 
@@ -251,18 +247,25 @@ class SourceStream:
     def _iterate(self) -> Iterator[SourceRecord]:
         delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
         while self._before_poll(None):
+            records = self._taking(lambda: delivery.iterate(0.5, self._stop_waiting))
+            if records is None:
+                self._raise_if_failed()
+                if self._closed or self.finished:
+                    return
+                continue
             try:
-                records = delivery.iterate(0.5, self._stop_waiting)
-                if records is None:
-                    self._raise_if_failed()
-                    if self._closed or self.finished:
-                        return
-                    continue
                 yield from records
-                delivery.settle()
-            except (DeserializationError, SourceFailedError) as exc:  # deserializer or timestamp assigner
+            except DeserializationError as exc:
                 self._fail(exc)
                 raise
+            self._taking(delivery.settle)
+
+    def _next_ready(self) -> SourceRecord | None:  # for `async for` on the asyncio stream
+        self._before_poll("iterating")
+        record = self._taking(lambda: self._delivery.next_ready(self._stop_waiting))
+        if record is None:
+            self._raise_if_failed()
+        return record
 
     @property
     def finished(self) -> bool:
@@ -282,7 +285,7 @@ class SourceStream:
         """The event-time watermark in ms of the records returned so far: the minimum over active, non-idle
         splits, never decreasing; None until every active split has one (and without a watermark
         strategy)."""
-        self._settle(self._delivery.settle_if_iterating_here)
+        self._taking(self._delivery.settle_if_iterating_here)
         return self._watermarks.watermark
 
     @property
@@ -359,7 +362,7 @@ class SourceStream:
         """Take a checkpoint covering every record already returned; returns its id once it is durable and,
         with a group id, once offsets were committed (or the commit timed out, which is logged)."""
         self._raise_if_failed()
-        self._settle(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
+        self._taking(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
         self._checkpoint_id += 1
         checkpoint_id = self._checkpoint_id
         store = self._store

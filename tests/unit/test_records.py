@@ -232,3 +232,17 @@ def test_iteration_with_policy_skip_leaves_out_the_failing_record_but_counts_it_
     assert records is not None and [r.value for r in records] == [b"ok"]
     delivery.settle()
     assert delivered == {"east/t/0": 3} and metrics.errors == [("east", "t")] and not delivery.holding
+
+
+def test_next_ready_hands_out_one_record_at_a_time_and_none_when_nothing_is_ready() -> None:
+    delivery, delivered = _delivery([_batch("east", [(0, 1), (0, 2)]), _batch("east", [(1, 7)])])
+    first = delivery.next_ready(lambda: False)
+    assert first is not None and first.offset == 1
+    assert delivered == {}  # counted as delivered on a checkpoint or at the end of the batch
+    delivery.settle()
+    assert delivered == {"east/t/0": 2}
+    assert _offsets(delivery.records(0.0, 1, lambda: False)) == [(0, 2)]  # poll goes on after it
+    third = delivery.next_ready(lambda: False)
+    assert third is not None and (third.partition, third.offset) == (1, 7)
+    assert delivery.next_ready(lambda: False) is None
+    assert delivered == {"east/t/0": 3, "east/t/1": 8} and not delivery.holding
