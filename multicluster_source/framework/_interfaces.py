@@ -146,6 +146,10 @@ class SplitEnumerator(Protocol):
         ...
 
 
+InlineStep = Callable[[Callable[[RecordBatch], bool]], None]
+"""One fetch step a fetcher offers to the thread that takes batches (see ``ReaderContext.offer_inline``)."""
+
+
 class ReaderContext(Protocol):
     """What a reader may ask of its runtime. ``emit`` and ``fail`` may be called from any thread."""
 
@@ -161,6 +165,12 @@ class ReaderContext(Protocol):
     def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
         """Hand a batch to the caller, waiting while the buffer is full (back-pressure). Returns False when
         ``should_stop()`` turned true or the source is closing before the batch could be handed on."""
+        ...
+
+    def offer_inline(self, step: InlineStep) -> Callable[[], None]:
+        """Let the thread that takes batches run ``step(emit_now)`` itself whenever it finds none handed on:
+        one fetch step on that thread, without a thread hand-over. ``emit_now(batch)`` hands a batch on
+        without waiting for room (False once this reader is fenced). Returns what withdraws the offer."""
         ...
 
     def fail(self, error: BaseException) -> None:

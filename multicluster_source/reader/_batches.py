@@ -1,12 +1,16 @@
-"""Per-batch work of a fetch thread that looks at messages: what a batch counts per topic, the cut at a
-bounded split's end, and whether a batch is of one split. Each runs only where it must (a fetcher of several
+"""Per-batch work of a fetcher (on its fetch thread, or on the taking thread when it fetches inline): what a
+batch counts per topic, the cut at a bounded split's end, whether a batch is of one split, its error events,
+the positions it reaches, and lag reports. Each runs only where it must (a fetcher of several
 topics; a split whose position crossed its stopping offset; a watermark strategy), so the usual batch is
 handled without a loop over its messages in Python."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+_log = logging.getLogger("multicluster_source.reader")
 
 
 def counts_per_topic(topics: Sequence[str], messages: list[Any]) -> dict[str, tuple[int, int]]:
@@ -42,3 +46,73 @@ def only_split(moved: Sequence[Any], messages: Sequence[Any]) -> list[str]:
         if m.partition() != split.partition or m.topic() != split.topic:
             return []
     return [split.split_id]
+
+
+def sort_errors(
+    cluster_id: str,
+    errors: list[Any],
+    progress: Mapping[tuple[str, int], Any],
+    finished: list[tuple[str, int]],
+    resets: dict[tuple[str, int], int],
+) -> None:
+    """Sort a batch's error events: a position out of range goes into ``resets``, the end of a bounded split
+    into ``finished``; a fatal error raises; any other is logged."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    for msg in errors:
+        err = msg.error()
+        tp = (msg.topic(), msg.partition())
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+            resets[tp] = msg.offset()
+        elif err.code() == KafkaError._PARTITION_EOF:
+            p = progress.get(tp)
+            if p is not None and p.split.is_finished_at(max(p.next_offset, msg.offset())):
+                finished.append(tp)
+        elif err.fatal():
+            raise KafkaException(err)
+        else:
+            _log.warning("cluster=%s: consumer error: %s", cluster_id, err)
+
+
+def advance_positions(
+    consumer: Any,
+    tps: list[Any],
+    progress: Mapping[tuple[str, int], Any],
+    messages: list[Any],
+    positions: dict[str, int],
+    moved: list[Any],
+    finished: list[tuple[str, int]],
+) -> list[Any]:
+    """Fill ``positions`` with where each split (of ``progress``, whose partitions are ``tps``) got to, from
+    the consumer's own positions (which cover exactly the messages returned so far); trim messages at or past
+    a stopping offset. ``moved``: the progress of each split that moved."""
+    for tp in consumer.position(tps):
+        offset = tp.offset
+        if offset < 0:
+            continue  # nothing returned of this partition yet
+        key = (tp.topic, tp.partition)
+        p = progress.get(key)
+        if p is None or offset <= p.next_offset:
+            continue
+        stop = p.split.stopping_offset
+        if stop is not None and offset >= stop:
+            if offset > stop:
+                messages = without_from(messages, key, stop)
+            offset = stop
+            finished.append(key)
+        positions[p.split_id] = offset
+        moved.append(p)
+    return messages
+
+
+def report_lag(cluster_id: str, consumer: Any, progress: Mapping[tuple[str, int], Any], metrics: Any) -> None:
+    """Current offset and lag of every split, from the client's cached high watermarks."""
+    from confluent_kafka import TopicPartition
+
+    for (topic, partition), p in progress.items():
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        except Exception:
+            continue
+        lag = max(0, high - p.next_offset) if high is not None and high >= 0 else None
+        metrics.set_offsets(cluster_id, topic, partition, current=p.next_offset, lag=lag)

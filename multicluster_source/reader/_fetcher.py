@@ -1,7 +1,18 @@
 """One cluster's fetch loop inside one reader: a consumer on its own thread, assign-based (no rebalance).
 
 Threads: the owning reader's thread calls ``add_splits``, ``remove_topics``, ``stop``, ``outstanding``;
-everything else, including every consumer call, runs on the fetch thread this object starts.
+everything else, including every consumer call, runs on the fetch thread this object starts, or as one
+*inline step* on the thread that takes batches (the caller's thread of a stream, a push worker's handler
+thread), never both at once (``_step``, a lock):
+
+- **Inline fetching.** A thread of Python code that hands a batch from one thread to another pays for the
+  switch of the GIL and of the CPU (measured here: a fetch thread plus a queue drained 0.85-0.93 of what one
+  thread consuming and handling the same batches drained). So the fetcher offers its step to the hand-off
+  (``ReaderContext.offer_inline``): a taker that finds the hand-off empty runs ``consume(n, 0)`` and the
+  batch handling itself and takes the batch at once. While it keeps coming back (within
+  :data:`_INLINE_HOLD_S`), the fetch thread stays out of the way and only reports lag and applies commands;
+  when nothing is ready, or the taker stays away, the fetch thread fetches ahead again (and waits for
+  records). Every batch of one fetcher is handed on under ``_step``, in order.
 
 The hot path does no per-record Python work: each ``consume()`` result is scanned once for error events (in
 a list comprehension), the positions it reaches are read from the consumer (``position()``, after the
@@ -27,13 +38,22 @@ from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedEr
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import kafka_event_times
-from multicluster_source.reader._batches import counts_per_topic, only_split, without_from
+from multicluster_source.reader._batches import (
+    advance_positions,
+    counts_per_topic,
+    only_split,
+    report_lag,
+    sort_errors,
+)
 from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
 from multicluster_source.reader._warm import WarmConsumer, learn_topics
 
 _log = logging.getLogger("multicluster_source.reader")
+
+_INLINE_HOLD_S = 0.05
+"""How long after a taker's last inline step the fetch thread leaves fetching to the taker."""
 
 
 class _Progress:
@@ -77,7 +97,12 @@ class ClusterFetcher:
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_partitions: dict[str, frozenset[int]] = {}
-        """Partitions per topic in this consumer's last metadata answer for it (see ``_learn_topics``)."""
+        """Partitions per topic in this consumer's last metadata answer for it (see ``learn_topics``)."""
+        self._step = threading.Lock()  # one fetch step at a time: the fetch thread's or an inline one
+        self._wake = threading.Event()  # a command came, or the taker left fetching to the fetch thread
+        self._consumer: Any = None  # set (under _step) once the fetch thread has its consumer
+        self._inline_until = 0.0  # monotonic time until which the taker fetches inline
+        self._inline_error: BaseException | None = None  # raised on the fetch thread (reader failure)
         self._thread = threading.Thread(
             target=self._run,
             name=f"mcs-fetch-{settings.source_name}-{settings.reader_index}-{cluster_id}",
@@ -94,16 +119,20 @@ class ClusterFetcher:
         """Read these splits too."""
         with self._lock:
             self._outstanding |= {s.split_id for s in splits}
-        self._commands.put(("add", list(splits)))
+        self._command("add", list(splits))
 
     def hold(self, split_ids: frozenset[str], limit: int | None) -> None:
         """Watermark alignment: pause these splits (of any cluster) at the client and those fetched past
         ``limit``; resume the others."""
-        self._commands.put(("hold", (split_ids, limit)))
+        self._command("hold", (split_ids, limit))
 
     def remove_topics(self, topics: Iterable[str]) -> None:
         """Stop reading every split of these topics (their metric label sets go with them)."""
-        self._commands.put(("remove", frozenset(topics)))
+        self._command("remove", frozenset(topics))
+
+    def _command(self, kind: str, arg: Any) -> None:
+        self._commands.put((kind, arg))
+        self._wake.set()
 
     def outstanding(self) -> int:
         """Splits handed to this fetcher that are neither finished nor removed."""
@@ -122,7 +151,7 @@ class ClusterFetcher:
         Several fetchers stopping at once close their consumers side by side."""
         if not self._stopping.is_set():
             self._stopping.set()
-            self._commands.put(("wake", None))
+            self._command("wake", None)
 
     def stop(self) -> list[KafkaPartitionSplit]:
         """Stop, close the consumer, and return the unfinished splits moved to where reading got to."""
@@ -150,6 +179,7 @@ class ClusterFetcher:
 
     def _run(self) -> None:
         consumer: Any = None
+        withdraw: Callable[[], None] | None = None
         try:
             warm, self._warm_consumer = self._warm_consumer, None
             if isinstance(warm, WarmConsumer):
@@ -157,6 +187,9 @@ class ClusterFetcher:
                 self._known_partitions.update(warm.known_partitions)
             else:
                 consumer = warm or self._s.consumer_factory(self._conf)
+            with self._step:
+                self._consumer = consumer
+            withdraw = self._ctx.offer_inline(self._inline)
             self._loop(consumer)
         except BaseException as exc:
             if not self._stopping.is_set():
@@ -167,6 +200,10 @@ class ClusterFetcher:
                     error.__cause__ = exc
                     self._ctx.reader_failed(error)  # this reader fails over to others
         finally:
+            if withdraw is not None:
+                withdraw()
+            with self._step:  # an inline step under way ends first; none starts after this
+                self._consumer = None
             if consumer is not None:
                 try:
                     consumer.close()
@@ -175,17 +212,48 @@ class ClusterFetcher:
 
     def _loop(self, consumer: Any) -> None:
         last_lag = time.monotonic()
+        emit = self._ctx.emit
         while not self._stopping.is_set():
-            self._drain_commands(consumer, block=not self._progress)
-            if not self._progress:
-                continue
-            messages = self._next_batch(consumer)
-            if messages:
-                self._handle(consumer, messages)
+            if self._inline_error is not None:
+                raise self._inline_error
+            left = self._inline_until - time.monotonic()
+            if left > 0 and self._commands.empty():  # the taker fetches: stay out of its way
+                self._wake.wait(min(left, self._s.lag_interval_s))
+                self._wake.clear()
+            else:
+                with self._step:
+                    self._drain_commands(consumer, block=not self._progress)
+                    if self._progress:
+                        messages = self._next_batch(consumer)
+                        if messages:
+                            self._handle(consumer, messages, emit)
             now = time.monotonic()
             if now - last_lag >= self._s.lag_interval_s:
                 last_lag = now
-                self._report_lag(consumer)
+                with self._step:
+                    report_lag(self.cluster_id, consumer, self._progress, self._s.metrics)
+
+    def _inline(self, emit_now: Callable[[RecordBatch], bool]) -> None:
+        """One fetch step on the taking thread, which found nothing handed on (see the module doc): what is
+        ready now, handled and handed on at once with ``emit_now`` (no waiting for room)."""
+        self._inline_until = time.monotonic() + _INLINE_HOLD_S
+        if not self._step.acquire(blocking=False):
+            return  # the fetch thread is in a step: it hands its batch on, then leaves fetching to the taker
+        try:
+            consumer = self._consumer
+            ready = consumer is not None and bool(self._progress) and self._commands.empty()
+            messages = consumer.consume(self._s.batch_max_records, 0) if ready else None
+            if messages:
+                self._handle(consumer, messages, lambda batch, _stop: emit_now(batch))
+            elif not self._stopping.is_set():  # nothing ready, or commands: the fetch thread takes over
+                self._inline_until = 0.0
+                self._wake.set()
+        except BaseException as exc:  # fails this reader on its fetch thread, as if it had fetched
+            self._inline_error = exc
+            self._inline_until = 0.0
+            self._wake.set()
+        finally:
+            self._step.release()
 
     def _next_batch(self, consumer: Any) -> list[Any]:
         """What is ready now; else wait (up to the poll timeout) for the first message only, then take what
@@ -223,7 +291,10 @@ class ClusterFetcher:
                     self._progress[split.topic_partition] = _Progress(split)
                 if live:
                     self._progress_changed()
-                    self._learn_topics(consumer, live)
+                    known = self._known_partitions  # see learn_topics: metadata before the assignment
+                    learn = {s.topic for s in live if s.partition not in known.get(s.topic, ())}
+                    if learn:
+                        learn_topics(self.cluster_id, consumer, learn, known)
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]
                     )
@@ -251,17 +322,6 @@ class ClusterFetcher:
         if changed:
             self._pauses.apply(consumer, self._progress)
 
-    def _learn_topics(self, consumer: Any, splits: Sequence[KafkaPartitionSplit]) -> None:
-        """Ask for the metadata of every topic that has a partition among ``splits`` this consumer has not
-        seen in a metadata answer yet (a new topic, partitions added to a topic, a topic added again), before
-        assigning them. librdkafka otherwise starts fetching such a partition only after its next metadata
-        refresh: 0.9-1.5 s after ``incremental_assign`` was measured on Apache Kafka, against ~0.015 s with
-        the metadata at hand."""
-        known = self._known_partitions
-        topics = {s.topic for s in splits if s.partition not in known.get(s.topic, ())}
-        if topics:
-            learn_topics(self.cluster_id, consumer, topics, known)
-
     def _progress_changed(self) -> None:
         """Recompute what the hot path looks up once per batch (after splits came or went)."""
         from confluent_kafka import TopicPartition
@@ -272,27 +332,30 @@ class ClusterFetcher:
         topic = self._topics[0] if len(self._topics) == 1 else None
         self._split_hint = (topic, self._s.event_times == "ends")
 
-    def _handle(self, consumer: Any, messages: list[Any]) -> None:
-        """One ``consume()`` result: hand its messages on with the positions they reach (fetch thread)."""
+    def _handle(
+        self, consumer: Any, messages: list[Any], emit: Callable[[RecordBatch, Callable[[], bool]], bool]
+    ) -> None:
+        """One ``consume()`` result: hand its messages on with ``emit`` with the positions they reach (under
+        ``_step``)."""
         errors = [m for m in messages if m.error() is not None]
         finished: list[tuple[str, int]] = []
         resets: dict[tuple[str, int], int] = {}
         if errors:
             messages = [m for m in messages if m.error() is None]
-            self._on_errors(errors, finished, resets)
+            sort_errors(self.cluster_id, errors, self._progress, finished, resets)
         positions: dict[str, int] = {}
         moved: list[_Progress] = []
         if messages:
-            messages = self._advance(consumer, messages, positions, moved, finished)
+            messages = advance_positions(
+                consumer, self._tps, self._progress, messages, positions, moved, finished
+            )
         if messages or positions:
             times = None
             if self._s.event_times is not None:  # a watermark strategy: event times per split
                 one = only_split(moved, messages)
                 times = kafka_event_times(self.cluster_id, messages, one, *self._split_hint)
                 self._pauses.fetched(consumer, times, self._progress)
-            delivered = self._ctx.emit(
-                RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set
-            )
+            delivered = emit(RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set)
             if not delivered:
                 return  # stopping: positions stay where the last handed-on batch left them
             for prog in moved:
@@ -309,58 +372,10 @@ class ClusterFetcher:
                 self._s.metrics.offset_reset,
             )
             if outcome.positions:
-                self._ctx.emit(RecordBatch(self.cluster_id, [], outcome.positions), self._stopping.is_set)
+                emit(RecordBatch(self.cluster_id, [], outcome.positions), self._stopping.is_set)
             finished.extend(outcome.finished)
         if finished:
             self._drop_finished(consumer, finished)
-
-    def _on_errors(
-        self, errors: list[Any], finished: list[tuple[str, int]], resets: dict[tuple[str, int], int]
-    ) -> None:
-        from confluent_kafka import KafkaError, KafkaException
-
-        for msg in errors:
-            err = msg.error()
-            tp = (msg.topic(), msg.partition())
-            if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                resets[tp] = msg.offset()
-            elif err.code() == KafkaError._PARTITION_EOF:
-                p = self._progress.get(tp)
-                if p is not None and p.split.is_finished_at(max(p.next_offset, msg.offset())):
-                    finished.append(tp)
-            elif err.fatal():
-                raise KafkaException(err)
-            else:
-                _log.warning("cluster=%s: consumer error: %s", self.cluster_id, err)
-
-    def _advance(
-        self,
-        consumer: Any,
-        messages: list[Any],
-        positions: dict[str, int],
-        moved: list[_Progress],
-        finished: list[tuple[str, int]],
-    ) -> list[Any]:
-        """Fill ``positions`` with where each split got to, from the consumer's own positions (which cover
-        exactly the messages returned so far); trim messages at or past a stopping offset."""
-        progress = self._progress
-        for tp in consumer.position(self._tps):
-            offset = tp.offset
-            if offset < 0:
-                continue  # nothing returned of this partition yet
-            key = (tp.topic, tp.partition)
-            p = progress.get(key)
-            if p is None or offset <= p.next_offset:
-                continue
-            stop = p.split.stopping_offset
-            if stop is not None and offset >= stop:
-                if offset > stop:
-                    messages = without_from(messages, key, stop)
-                offset = stop
-                finished.append(key)
-            positions[p.split_id] = offset
-            moved.append(p)
-        return messages
 
     def _count(self, messages: list[Any]) -> None:
         """Per-batch metrics and topic tracking: records and bytes per topic."""
@@ -390,14 +405,3 @@ class ClusterFetcher:
         with self._lock:
             self._outstanding -= set(split_ids)
         self._on_finished(split_ids)
-
-    def _report_lag(self, consumer: Any) -> None:
-        from confluent_kafka import TopicPartition
-
-        for (topic, partition), p in self._progress.items():
-            try:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            except Exception:
-                continue
-            lag = max(0, high - p.next_offset) if high is not None and high >= 0 else None
-            self._s.metrics.set_offsets(self.cluster_id, topic, partition, current=p.next_offset, lag=lag)

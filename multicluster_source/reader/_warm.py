@@ -34,6 +34,11 @@ def learn_topics(
 
     One request per topic, or one for the whole cluster when more than a few are asked for at once. A failed
     request is logged (debug) and skipped: the client learns the topic at its next metadata refresh anyway.
+
+    A fetcher asks this for every topic of the splits it is handed whose partition it has not seen in a
+    metadata answer yet (a new topic, partitions added to a topic, a topic added again), before assigning
+    them: librdkafka otherwise starts fetching such a partition only after its next metadata refresh (0.9-1.5
+    s after ``incremental_assign`` on Apache Kafka, against ~0.015 s with the metadata at hand).
     """
     found: dict[str, Any] = {}
     wanted = sorted(set(topics))

@@ -95,6 +95,7 @@ class AsyncSourceStream:
         self._last_checkpoint = time.monotonic()
         self._stream = stream
         stream._handoff.on_put = self._on_put
+        stream._handoff.inline = False  # fetch threads fetch: no client call on the loop's thread
         # the first status document is made in the executor; status() shows it once it is there
         self._status = {"source": stream.name, "state": "starting"}
         self._status_task = loop.run_in_executor(None, stream.status)

@@ -147,7 +147,8 @@ class Delivery:
     def _next(self, deadline: float, have: bool, stopped: Callable[[], bool]) -> RecordBatch | None:
         while self._batch is None:
             wait = 0.0 if have else deadline - time.monotonic()
-            batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0)
+            # with records in hand, only what is buffered: no fetching inline for more (memory, GC)
+            batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=not have)
             if batch is not None:
                 if not batch.messages:  # positions alone (an offset reset): nothing to hand out
                     self._advance(batch.positions)

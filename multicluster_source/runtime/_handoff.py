@@ -1,7 +1,9 @@
 """Between fetch threads and whoever takes their batches: the bounded hand-off, and delivered positions.
 
 :class:`Handoff` is filled by fetch threads (``ReaderContext.emit``) and drained by one consumer (the caller's
-thread of a stream, or a push worker's handler thread). :class:`PositionTracker` holds, per split, the offset
+thread of a stream, or a push worker's handler thread); a consumer that finds it empty first runs the fetch
+steps fetchers offered it (``lend``: see :mod:`multicluster_source.reader._fetcher`, inline fetching), which
+append their batches at once (``put_now``). :class:`PositionTracker` holds, per split, the offset
 after the last message that consumer handed out; checkpoints are taken from it. Both are thread-safe.
 """
 
@@ -13,6 +15,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from multicluster_source.framework._interfaces import RecordBatch
+
+Step = Callable[[], None]
 
 
 class PositionTracker:
@@ -66,6 +70,11 @@ class Handoff:
         self._not_full = threading.Condition(self._lock)  # fetch threads competing for room wait here
         self._turns: deque[threading.Event] = deque()
         """Fetch threads that waited ``_BARGE_S``, in the order they came; the first is woken for room."""
+        self._steps: tuple[Step, ...] = ()
+        """Fetch steps lent to the consumer (run on its thread when it finds nothing to take)."""
+        self.inline = True
+        """Whether the consumer runs lent steps; an asyncio consumer does not (a step may wait on the client,
+        e.g. to unassign a finished split, which must not block an event loop)."""
         self.closed = threading.Event()
         self.on_put: Callable[[], None] | None = None
         """Called (on the fetch thread) after every put: an asyncio consumer's wake-up; must not block."""
@@ -103,6 +112,24 @@ class Handoff:
             notify()
         return True
 
+    def put_now(self, batch: RecordBatch) -> None:
+        """Append without waiting for room: from a lent step only, on the consumer's own thread (which would
+        otherwise wait for itself). At most one batch a fetcher and step, and only into an empty buffer."""
+        with self._lock:
+            self._items.append(batch)
+
+    def lend(self, step: Step) -> Callable[[], None]:
+        """Let the consumer run ``step()`` when it finds nothing to take; returns what withdraws it (which
+        does not wait for a step under way: the step's own lock does)."""
+        with self._lock:
+            self._steps = (*self._steps, step)
+
+        def withdraw() -> None:
+            with self._lock:
+                self._steps = tuple(s for s in self._steps if s is not step)
+
+        return withdraw
+
     def _append_locked(self, batch: RecordBatch) -> None:
         self._items.append(batch)
         self._not_empty.notify()
@@ -120,8 +147,15 @@ class Handoff:
         self._turns.remove(turn)
         self._room_locked()  # it might have been this one's turn: pass it on
 
-    def get(self, timeout: float) -> RecordBatch | None:
-        """The next batch, or None after ``timeout`` seconds."""
+    def get(self, timeout: float, fetch: bool = True) -> RecordBatch | None:
+        """The next batch, or None after ``timeout`` seconds; when nothing waits, the lent steps run first
+        (unless ``fetch`` is False: the caller already has something to hand out)."""
+        with self._lock:
+            steps = (
+                self._steps if fetch and self.inline and not self._items and not self.closed.is_set() else ()
+            )
+        for step in steps:
+            step()
         with self._lock:
             if not self._items and timeout > 0:
                 deadline = time.monotonic() + timeout

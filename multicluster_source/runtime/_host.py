@@ -13,7 +13,7 @@ from typing import Any
 
 from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
-from multicluster_source.framework._interfaces import RecordBatch, SourceReader
+from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._factory import SourceFactory
@@ -215,14 +215,16 @@ class WorkerHost:
         with self._lock:
             return self._handled >= self._emitted and not self._deferred
 
-    def _release_deferred_locked(self) -> None:
+    def _release_deferred_locked(self) -> bool:
+        """Send the finished splits whose records were handled; whether any was."""
         if not self._deferred:
-            return
+            return False
         ready = [event for seq, event in self._deferred if seq <= self._handled]
         if ready:
             self._deferred = [(seq, event) for seq, event in self._deferred if seq > self._handled]
             for event in ready:
                 self._send(EventToEnumerator(event))
+        return bool(ready)
 
     # --------------------------------------------------------------------------------- handler thread
 
@@ -262,8 +264,8 @@ class WorkerHost:
                     self._records += n
                     self._send(Delivered(dict(batch.positions), n, times))
                     self._handled += 1
-                    self._release_deferred_locked()
-                if self._handoff.empty():  # caught up: the main loop looks at once whether all is read
+                    released = self._release_deferred_locked()
+                if released:  # splits finished: the main loop looks at once whether all is read
                     self._inbox.put(None)
         except DeserializationError as exc:  # policy "fail": bad data fails the run, whichever reader
             self._failure("source", exc)
@@ -313,7 +315,9 @@ class WorkerHost:
         if isinstance(event, SplitsFinishedEvent):
             with self._lock:
                 self._deferred.append((self._emitted, event))
-                self._release_deferred_locked()
+                released = self._release_deferred_locked()
+            if released:  # its records were handled already: the main loop looks whether all is read
+                self._inbox.put(None)
         else:
             self._send(EventToEnumerator(event))
 
@@ -326,6 +330,18 @@ class WorkerHost:
             with self._lock:
                 self._emitted += 1
         return ok
+
+    def offer_inline(self, step: InlineStep) -> Callable[[], None]:
+        """Lend a fetcher's step to the handler thread (see ``ReaderContext.offer_inline``)."""
+        return self._handoff.lend(lambda: step(self._emit_now))
+
+    def _emit_now(self, batch: RecordBatch) -> bool:
+        if self._failed or self._stopping.is_set():
+            return False
+        self._handoff.put_now(batch)
+        with self._lock:
+            self._emitted += 1
+        return True
 
     def fail(self, error: BaseException) -> None:
         """Fail the whole run (bad data: the same for every reader)."""

@@ -22,7 +22,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from multicluster_source.framework._events import MetadataUpdateEvent, SourceEvent
-from multicluster_source.framework._interfaces import RecordBatch, SourceReader, SplitEnumerator
+from multicluster_source.framework._interfaces import (
+    InlineStep,
+    RecordBatch,
+    SourceReader,
+    SplitEnumerator,
+)
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._messages import AssignSplits, EventToReader, NoMoreSplits
@@ -381,6 +386,16 @@ class ReaderRunner:
         if self.failed is not None or self._stopping.is_set():
             return False
         return self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
+
+    def offer_inline(self, step: InlineStep) -> Callable[[], None]:
+        """Lend a fetcher's step to the thread that takes batches (see ``ReaderContext.offer_inline``)."""
+        return self._handoff.lend(lambda: step(self._emit_now))
+
+    def _emit_now(self, batch: RecordBatch) -> bool:
+        if self.failed is not None or self._stopping.is_set():
+            return False
+        self._handoff.put_now(batch)
+        return True
 
     def fail(self, error: BaseException) -> None:
         """Fail the source."""

@@ -411,6 +411,9 @@ class _Ctx:
         self.batches.append(batch)
         return True
 
+    def offer_inline(self, step: Any) -> Callable[[], None]:
+        return lambda: None
+
     def fail(self, error: BaseException) -> None:
         self.failed.append(error)
 

@@ -31,6 +31,9 @@ class _Context:
     def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
         return True
 
+    def offer_inline(self, step: Any) -> Callable[[], None]:
+        return lambda: None
+
     def fail(self, error: BaseException) -> None:
         self.errors.append(error)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from harness.fake_consumer import FakeConsumer
@@ -23,6 +24,9 @@ class _ReaderContext:
 
     def emit(self, batch: Any, should_stop: Any) -> bool:
         return True
+
+    def offer_inline(self, step: Any) -> Callable[[], None]:
+        return lambda: None
 
     def send_event_to_enumerator(self, event: Any) -> None:
         pass
