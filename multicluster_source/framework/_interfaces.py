@@ -146,7 +146,7 @@ class SplitEnumerator(Protocol):
         ...
 
 
-InlineStep = Callable[[Callable[[RecordBatch], bool]], None]
+InlineStep = Callable[[Callable[[RecordBatch], bool]], bool]
 """One fetch step a fetcher offers to the thread that takes batches (see ``ReaderContext.offer_inline``)."""
 
 
@@ -167,10 +167,13 @@ class ReaderContext(Protocol):
         ``should_stop()`` turned true or the source is closing before the batch could be handed on."""
         ...
 
-    def offer_inline(self, step: InlineStep) -> Callable[[], None]:
+    def offer_inline(self, step: InlineStep, release: Callable[[], None]) -> Callable[[], None]:
         """Let the thread that takes batches run ``step(emit_now)`` itself whenever it finds none handed on:
         one fetch step on that thread, without a thread hand-over. ``emit_now(batch)`` hands a batch on
-        without waiting for room (False once this reader is fenced). Returns what withdraws the offer."""
+        without waiting for room (False once this reader is fenced). ``step`` returns True when it ran and
+        found nothing ready; ``release()`` is called then if no other step found anything either (the taker
+        is about to wait): the fetch thread is to wait for records again.
+        Returns what withdraws the offer."""
         ...
 
     def fail(self, error: BaseException) -> None:

@@ -189,7 +189,7 @@ class ClusterFetcher:
                 consumer = warm or self._s.consumer_factory(self._conf)
             with self._step:
                 self._consumer = consumer
-            withdraw = self._ctx.offer_inline(self._inline)
+            withdraw = self._ctx.offer_inline(self._inline, self._release_inline)
             self._loop(consumer)
         except BaseException as exc:
             if not self._stopping.is_set():
@@ -233,27 +233,34 @@ class ClusterFetcher:
                 with self._step:
                     report_lag(self.cluster_id, consumer, self._progress, self._s.metrics)
 
-    def _inline(self, emit_now: Callable[[RecordBatch], bool]) -> None:
+    def _inline(self, emit_now: Callable[[RecordBatch], bool]) -> bool:
         """One fetch step on the taking thread, which found nothing handed on (see the module doc): what is
-        ready now, handled and handed on at once with ``emit_now`` (no waiting for room)."""
+        ready now, handled and handed on at once with ``emit_now`` (no waiting for room). True when the
+        step ran and nothing was ready."""
         self._inline_until = time.monotonic() + _INLINE_HOLD_S
         if not self._step.acquire(blocking=False):
-            return  # the fetch thread is in a step: it hands its batch on, then leaves fetching to the taker
+            return False  # the fetch thread is in a step: it hands its batch on, then leaves fetching to us
         try:
             consumer = self._consumer
             ready = consumer is not None and bool(self._progress) and self._commands.empty()
             messages = consumer.consume(self._s.batch_max_records, 0) if ready else None
             if messages:
                 self._handle(consumer, messages, lambda batch, _stop: emit_now(batch))
-            elif not self._stopping.is_set():  # nothing ready, or commands: the fetch thread takes over
-                self._inline_until = 0.0
-                self._wake.set()
+                return False
+            if consumer is not None and not ready:  # commands (or no splits): the fetch thread's work
+                self._release_inline()
+            return ready
         except BaseException as exc:  # fails this reader on its fetch thread, as if it had fetched
             self._inline_error = exc
-            self._inline_until = 0.0
-            self._wake.set()
+            self._release_inline()
+            return False
         finally:
             self._step.release()
+
+    def _release_inline(self) -> None:
+        """The taker waits (nothing was ready anywhere) or cannot step: the fetch thread fetches again."""
+        self._inline_until = 0.0
+        self._wake.set()
 
     def _next_batch(self, consumer: Any) -> list[Any]:
         """What is ready now; else wait (up to the poll timeout) for the first message only, then take what

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from multicluster_source.framework._interfaces import RecordBatch
 
-Step = Callable[[], None]
+Step = Callable[[], bool]
 
 
 class PositionTracker:
@@ -70,7 +70,7 @@ class Handoff:
         self._not_full = threading.Condition(self._lock)  # fetch threads competing for room wait here
         self._turns: deque[threading.Event] = deque()
         """Fetch threads that waited ``_BARGE_S``, in the order they came; the first is woken for room."""
-        self._steps: tuple[Step, ...] = ()
+        self._steps: tuple[tuple[Step, Callable[[], None]], ...] = ()
         """Fetch steps lent to the consumer (run on its thread when it finds nothing to take)."""
         self.inline = True
         """Whether the consumer runs lent steps; an asyncio consumer does not (a step may wait on the client,
@@ -118,15 +118,18 @@ class Handoff:
         with self._lock:
             self._items.append(batch)
 
-    def lend(self, step: Step) -> Callable[[], None]:
-        """Let the consumer run ``step()`` when it finds nothing to take; returns what withdraws it (which
-        does not wait for a step under way: the step's own lock does)."""
+    def lend(self, step: Step, release: Callable[[], None]) -> Callable[[], None]:
+        """Let the consumer run ``step()`` when it finds nothing to take (True: it ran and found nothing
+        ready), and ``release()`` after such a step when no step found anything (the consumer is about to
+        wait); returns what withdraws them (which does not wait for a step under way: the step's own lock
+        does)."""
+        pair = (step, release)
         with self._lock:
-            self._steps = (*self._steps, step)
+            self._steps = (*self._steps, pair)
 
         def withdraw() -> None:
             with self._lock:
-                self._steps = tuple(s for s in self._steps if s is not step)
+                self._steps = tuple(p for p in self._steps if p is not pair)
 
         return withdraw
 
@@ -154,8 +157,10 @@ class Handoff:
             steps = (
                 self._steps if fetch and self.inline and not self._items and not self.closed.is_set() else ()
             )
-        for step in steps:
-            step()
+        idle = [release for step, release in steps if step()]
+        if idle and not self._items:  # nothing anywhere: their fetch threads wait for records again
+            for release in idle:
+                release()
         with self._lock:
             if not self._items and timeout > 0:
                 deadline = time.monotonic() + timeout

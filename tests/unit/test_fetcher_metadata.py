@@ -31,7 +31,7 @@ class _Context:
     def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
         return True
 
-    def offer_inline(self, step: Any) -> Callable[[], None]:
+    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
         return lambda: None
 
     def fail(self, error: BaseException) -> None:

@@ -84,8 +84,8 @@ class _Context:
     def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
         return self.handoff.put(batch, should_stop)
 
-    def offer_inline(self, step: Any) -> Callable[[], None]:
-        return self.handoff.lend(lambda: step(self._now))
+    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
+        return self.handoff.lend(lambda: step(self._now), release)
 
     def _now(self, batch: RecordBatch) -> bool:
         self.handoff.put_now(batch)

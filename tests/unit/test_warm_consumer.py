@@ -25,7 +25,7 @@ class _ReaderContext:
     def emit(self, batch: Any, should_stop: Any) -> bool:
         return True
 
-    def offer_inline(self, step: Any) -> Callable[[], None]:
+    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
         return lambda: None
 
     def send_event_to_enumerator(self, event: Any) -> None:
