@@ -5,22 +5,19 @@ everything else, including every consumer call, runs on the fetch thread this ob
 *inline step* on the thread that takes batches (the caller's thread of a stream, a push worker's handler
 thread), never both at once (``_step``, a lock):
 
-- **Inline fetching.** A thread of Python code that hands a batch from one thread to another pays for the
-  switch of the GIL and of the CPU (measured here: a fetch thread plus a queue drained 0.85-0.93 of what one
-  thread consuming and handling the same batches drained). So the fetcher offers its step to the hand-off
-  (``ReaderContext.offer_inline``): a taker that finds the hand-off empty runs ``consume(n, 0)`` and the
-  batch handling itself and takes the batch at once. While it keeps coming back (within
-  :data:`_INLINE_HOLD_S`), the fetch thread stays out of the way and only reports lag and applies commands;
-  when nothing is ready, or the taker stays away, the fetch thread fetches ahead again (and waits for
-  records). Every batch of one fetcher is handed on under ``_step``, in order.
+- **Inline fetching.** Handing a batch from one Python thread to another costs a switch of the GIL and of
+  the CPU (a fetch thread plus a queue drained 0.85-0.93 of what one thread did with the same batches). So
+  the fetcher lends its step to the hand-off (``ReaderContext.offer_inline``): a taker that finds it empty
+  runs ``consume(n, 0)`` and the batch handling itself. While records flow and the taker keeps coming back
+  (within :data:`_INLINE_HOLD_S`), the fetch thread only applies commands and reports lag; when nothing is
+  ready, or the taker stays away, it fetches ahead and waits for records again. Batches of one fetcher are
+  handed on under ``_step``, in order.
 
-The hot path does no per-record Python work: each ``consume()`` result is scanned once for error events (in
-a list comprehension), the positions it reaches are read from the consumer (``position()``, after the
-messages were returned to us), stopping offsets are looked at only for the partitions whose position crossed
-them, and metrics are counted per batch. The client's messages are then handed on as they are
-(:class:`RecordBatch`); records are made of them only where records are asked for
-(:mod:`multicluster_source.reader._records`). So fetch threads of several clusters hold the GIL only
-briefly and overlap in ``consume()``, which releases it.
+The hot path does no per-record Python work: each ``consume()`` result is scanned once for error events,
+the positions it reaches are read from the consumer (``position()``), stopping offsets are looked at only
+for the partitions whose position crossed them, and metrics are counted per batch. The client's messages are
+handed on as they are (:class:`RecordBatch`); records are made only where they are asked for
+(:mod:`multicluster_source.reader._records`).
 
 Positions out of range are handled in :mod:`multicluster_source.reader._resets`.
 """
@@ -213,20 +210,21 @@ class ClusterFetcher:
     def _loop(self, consumer: Any) -> None:
         last_lag = time.monotonic()
         emit = self._ctx.emit
+        fetched = False  # the last step handed a batch on (records flow: the taker may fetch them itself)
         while not self._stopping.is_set():
             if self._inline_error is not None:
                 raise self._inline_error
             left = self._inline_until - time.monotonic()
-            if left > 0 and self._commands.empty():  # the taker fetches: stay out of its way
+            if fetched and left > 0 and self._commands.empty():  # the taker fetches: stay out of its way
                 self._wake.wait(min(left, self._s.lag_interval_s))
                 self._wake.clear()
             else:
                 with self._step:
                     self._drain_commands(consumer, block=not self._progress)
-                    if self._progress:
-                        messages = self._next_batch(consumer)
-                        if messages:
-                            self._handle(consumer, messages, emit)
+                    messages = self._next_batch(consumer) if self._progress else None
+                    if messages:
+                        self._handle(consumer, messages, emit)
+                fetched = bool(messages)
             now = time.monotonic()
             if now - last_lag >= self._s.lag_interval_s:
                 last_lag = now
@@ -267,12 +265,8 @@ class ClusterFetcher:
         came with it. ``consume(n, timeout)`` alone would wait the whole timeout for a partial batch."""
         n = self._s.batch_max_records
         messages: list[Any] = consumer.consume(n, 0)
-        if messages:
-            return messages
-        first = consumer.poll(self._s.poll_timeout_s)
-        if first is None:
-            return []
-        return [first, *consumer.consume(n - 1, 0)] if n > 1 else [first]
+        first = None if messages else consumer.poll(self._s.poll_timeout_s)
+        return messages if first is None else [first, *consumer.consume(n - 1, 0)] if n > 1 else [first]
 
     def _drain_commands(self, consumer: Any, *, block: bool) -> None:
         from confluent_kafka import TopicPartition
