@@ -118,16 +118,9 @@ class Delivery:
         taken, batch = self._taken, self._batch
         if taken is None or batch is None:
             return
-        start = self._start
         end = len(batch.messages) - taken.__length_hint__()
-        if end > start:
-            cluster_id, messages, positions = self._take(end - start)
-            if self._on_delivered is not None:
-                try:
-                    self._on_delivered(cluster_id, messages, self._event_times, None)
-                except BaseException:
-                    self._batch, self._start = batch, start
-                    raise
+        if end > self._start:
+            _cluster_id, _messages, positions = self._take_noted(end - self._start)
             self._advance(positions)
         if self._batch is None:
             self._taken = None
@@ -181,6 +174,19 @@ class Delivery:
         self._start = end
         return batch.cluster_id, part, part_positions(batch.cluster_id, part)
 
+    def _take_noted(self, room: int) -> tuple[str, Sequence[Any], Mapping[str, int]]:
+        """:meth:`_take`, then ``on_delivered`` for the messages taken (no records made here); when that
+        raises, the batch is left as it was."""
+        batch, start = self._batch, self._start
+        cluster_id, messages, positions = self._take(room)
+        if self._on_delivered is not None:
+            try:
+                self._on_delivered(cluster_id, messages, self._event_times, None)
+            except BaseException:
+                self._batch, self._start = batch, start
+                raise
+        return cluster_id, messages, positions
+
     def records(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[SourceRecord]:
         """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds.
 
@@ -214,14 +220,7 @@ class Delivery:
         n = 0
         deadline = time.monotonic() + timeout
         while n < max_records and self._next(deadline, bool(out), stopped) is not None:
-            batch, start = self._batch, self._start
-            cluster_id, messages, positions = self._take(max_records - n)
-            if self._on_delivered is not None:
-                try:
-                    self._on_delivered(cluster_id, messages, self._event_times, None)
-                except BaseException:
-                    self._batch, self._start = batch, start
-                    raise
+            cluster_id, messages, positions = self._take_noted(max_records - n)
             out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
             self._advance(positions)
             n += len(messages)

@@ -2,12 +2,14 @@
 
 The broker it stands for has ``partitions[topic]`` partitions per topic, partition ``p`` led by broker
 ``p % brokers``, and no records. ``gate`` (an event) holds every metadata request until it is set.
+:class:`FakeReaderContext` stands in for a reader's runner.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -72,3 +74,37 @@ class FakeConsumer:
 
     def close(self) -> None:
         self._record("close", None)
+
+
+class FakeReaderContext:
+    """What fetchers and readers need of their runner. Without a hand-off, batches are taken and dropped;
+    with one, they go into it, and fetch steps are lent to whoever takes from it (inline fetching), as a
+    stream's reader runner does. Failures are kept in ``errors``."""
+
+    index = 0
+    rack = None
+
+    def __init__(self, handoff: Any = None) -> None:
+        self.handoff = handoff
+        self.errors: list[BaseException] = []
+
+    def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
+        return True if self.handoff is None else bool(self.handoff.put(batch, should_stop))
+
+    def offer_inline(self, step: Any, release: Callable[[], None]) -> Callable[[], None]:
+        if self.handoff is None:
+            return lambda: None
+        withdraw: Callable[[], None] = self.handoff.lend(lambda: step(self._emit_now), release)
+        return withdraw
+
+    def _emit_now(self, batch: Any) -> bool:
+        self.handoff.put_now(batch)
+        return True
+
+    def send_event_to_enumerator(self, event: Any) -> None:
+        pass
+
+    def reader_failed(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+    fail = reader_failed

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.fake_consumer import FakeConsumer
+from harness.fake_consumer import FakeConsumer, FakeReaderContext
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
@@ -19,29 +19,6 @@ from multicluster_source.reader._settings import FetchSettings
 class _Metrics:
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: None
-
-
-class _Context:
-    index = 0
-    rack = None
-
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-
-    def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
-        return True
-
-    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
-        return lambda: None
-
-    def fail(self, error: BaseException) -> None:
-        self.errors.append(error)
-
-    def reader_failed(self, error: BaseException) -> None:
-        self.errors.append(error)
-
-    def send_event_to_enumerator(self, event: Any) -> None:
-        pass
 
 
 def _split(topic: str, partition: int) -> KafkaPartitionSplit:
@@ -61,7 +38,7 @@ def _wait_for(consumer: FakeConsumer, count: int) -> list[tuple[str, Any]]:
 
 def test_metadata_is_asked_for_new_topics_new_partitions_and_re_added_topics() -> None:
     consumer = FakeConsumer({"orders": 2, "refunds": 1})
-    context = _Context()
+    context = FakeReaderContext()
     settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
     fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None, consumer=consumer)
     fetcher.start()
@@ -94,7 +71,7 @@ def test_metadata_is_asked_for_new_topics_new_partitions_and_re_added_topics() -
 def test_partitions_already_known_are_assigned_without_a_metadata_request() -> None:
     consumer = FakeConsumer({"orders": 4})
     settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
-    fetcher = ClusterFetcher("east", {}, settings, _Context(), lambda ids: None, consumer=consumer)
+    fetcher = ClusterFetcher("east", {}, settings, FakeReaderContext(), lambda ids: None, consumer=consumer)
     fetcher.start()
     try:
         fetcher.add_splits([_split("orders", 0), _split("orders", 1)])
@@ -119,7 +96,7 @@ def test_consumer_defaults_for_quick_first_records_unless_a_property_says_otherw
 
     def conf(source_props: dict[str, str], cluster_props: dict[str, str]) -> dict[str, Any]:
         reader_settings = ReaderSettings("g", source_props, "mcs", False, settings)
-        reader = MultiClusterReader(_Context(), reader_settings)
+        reader = MultiClusterReader(FakeReaderContext(), reader_settings)
         cluster = ClusterMetadata("east", "east:9092", frozenset({"orders"}), cluster_props)
         return reader._client_conf(cluster)
 
@@ -134,7 +111,7 @@ def test_many_new_topics_at_once_take_one_metadata_request_for_the_cluster() -> 
     topics = {f"t{i}": 1 for i in range(6)}
     consumer = FakeConsumer(topics)
     settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
-    fetcher = ClusterFetcher("east", {}, settings, _Context(), lambda ids: None, consumer=consumer)
+    fetcher = ClusterFetcher("east", {}, settings, FakeReaderContext(), lambda ids: None, consumer=consumer)
     fetcher.start()
     try:
         fetcher.add_splits([_split(t, 0) for t in topics])

@@ -14,8 +14,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from harness.fake_consumer import FakeConsumer
-from multicluster_source.framework._interfaces import RecordBatch
+from harness.fake_consumer import FakeConsumer, FakeReaderContext
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
@@ -71,38 +70,8 @@ class _Feed(FakeConsumer):
         return [TopicPartition(tp.topic, tp.partition, self.next_offset) for tp in tps]
 
 
-class _Context:
-    """A reader context over a real hand-off, as a stream's reader runner is."""
-
-    index = 0
-    rack = None
-
-    def __init__(self, handoff: Handoff) -> None:
-        self.handoff = handoff
-        self.errors: list[BaseException] = []
-
-    def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
-        return self.handoff.put(batch, should_stop)
-
-    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
-        return self.handoff.lend(lambda: step(self._now), release)
-
-    def _now(self, batch: RecordBatch) -> bool:
-        self.handoff.put_now(batch)
-        return True
-
-    def fail(self, error: BaseException) -> None:
-        self.errors.append(error)
-
-    def reader_failed(self, error: BaseException) -> None:
-        self.errors.append(error)
-
-    def send_event_to_enumerator(self, event: Any) -> None:
-        pass
-
-
-def _fetcher(feed: _Feed, handoff: Handoff) -> tuple[ClusterFetcher, _Context]:
-    context = _Context(handoff)
+def _fetcher(feed: _Feed, handoff: Handoff) -> tuple[ClusterFetcher, FakeReaderContext]:
+    context = FakeReaderContext(handoff)
     settings = FetchSettings("src", 0, 100, _Metrics(), poll_timeout_s=0.05)
     fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None, consumer=feed)
     fetcher.start()

@@ -6,35 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from harness.fake_consumer import FakeConsumer
+from harness.fake_consumer import FakeConsumer, FakeReaderContext
 from multicluster_source.reader._warm import WarmConsumer, leader_partitions, learn_topics
-
-
-class _ReaderContext:
-    """What a reader and its fetchers need of their runner: batches are taken, failures kept."""
-
-    index = 0
-    rack = None
-
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-
-    def emit(self, batch: Any, should_stop: Any) -> bool:
-        return True
-
-    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
-        return lambda: None
-
-    def send_event_to_enumerator(self, event: Any) -> None:
-        pass
-
-    def reader_failed(self, error: BaseException) -> None:
-        self.errors.append(error)
-
-    fail = reader_failed
 
 
 class _NoMetrics:
@@ -113,7 +88,7 @@ def test_reader_opens_a_client_per_new_cluster_ahead_and_closes_those_no_split_c
     from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 
     made: dict[str, FakeConsumer] = {}
-    context = _ReaderContext()
+    context = FakeReaderContext()
 
     def factory(conf: dict[str, Any]) -> FakeConsumer:
         cluster = "east" if "east" in conf["bootstrap.servers"] else "west"
@@ -156,7 +131,7 @@ def test_split_ids_may_be_read_from_another_thread_while_fetchers_come() -> None
     from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 
     fetch = FetchSettings("s", 0, 10, _NoMetrics(), consumer_factory=lambda conf: FakeConsumer({"orders": 1}))
-    reader = MultiClusterReader(_ReaderContext(), ReaderSettings("g", {}, "mcs", False, fetch))
+    reader = MultiClusterReader(FakeReaderContext(), ReaderSettings("g", {}, "mcs", False, fetch))
     names = [f"c{i}" for i in range(40)]
     clusters = {cid: ClusterMetadata(cid, f"{cid}:9092", frozenset({"orders"})) for cid in names}
     errors: list[BaseException] = []
