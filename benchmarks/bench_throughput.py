@@ -596,6 +596,24 @@ def table_rows(
     return rows
 
 
+def cpu_rows(result: dict[str, Any]) -> list[tuple[str, int, float, list[tuple[str, float, float]]]]:
+    """(variant, readers, raw CPU ns per record, [(path, its CPU ns per record, raw / path)]) for every
+    variant and reader count the result has CPU times of (results written before lack them)."""
+    rows = []
+    for variant, vr in result["variants"].items():
+        cpu, ratios = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
+        if not cpu or not ratios:
+            continue
+        for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+            paths = [
+                (p, cpu[f"{p}-{readers}"]["median"], ratios[f"raw_over_{p}_{suffix}"])
+                for p in PATHS
+                if f"{p}-{readers}" in cpu
+            ]
+            rows.append((variant, readers, cpu[f"raw-{readers}"]["median"], paths))
+    return rows
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The result as a plain-text table (records/s: median [min-max])."""
     cfg = result["config"]
@@ -615,19 +633,13 @@ def format_table(result: dict[str, Any]) -> str:
             + " "
             + " ".join(f"{ratios[p]:>11.2f}" if p in ratios else f"{'-':>11}" for p in PATHS)
         )
-    for variant, vr in result["variants"].items():
-        c, r = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
-        if not c or not r:  # a result written before CPU time was measured
-            continue
-        for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
-            paths = [p for p in PATHS if f"{p}-{readers}" in c]
-            lines.append(
-                f"process CPU ns per record, {variant}, {readers} reader(s) (median): raw "
-                f"{c[f'raw-{readers}']['median']:.0f}, "
-                + ", ".join(f"{p} {c[f'{p}-{readers}']['median']:.0f}" for p in paths)
-                + "; "
-                + ", ".join(f"raw/{p} {r[f'raw_over_{p}_{suffix}']:.2f}" for p in paths)
-            )
+    for variant, readers, raw_ns, paths in cpu_rows(result):
+        lines.append(
+            f"process CPU ns per record, {variant}, {readers} reader(s) (median): raw {raw_ns:.0f}, "
+            + ", ".join(f"{p} {ns:.0f}" for p, ns, _ratio in paths)
+            + "; "
+            + ", ".join(f"raw/{p} {ratio:.2f}" for p, _ns, ratio in paths)
+        )
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]
         lines.append(

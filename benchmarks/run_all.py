@@ -59,17 +59,16 @@ def _throughput_md(result: dict[str, Any]) -> list[str]:
         props = vr["client_properties"] or "none (librdkafka's defaults; the source's own)"
         firsts = ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in bench_throughput.KINDS if kind in f)
         lines.append(f"- `{variant}`: client properties {props}; first record after (median s): {firsts}")
-        cpu, ratios = vr.get("cpu_ns_per_record"), vr.get("cpu_ratios")
-        if cpu and ratios:
-            for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
-                present = [p for p in bench_throughput.PATHS if f"{p}-{readers}" in cpu]
-                lines.append(
-                    f"- `{variant}`, {readers} reader(s): process CPU per record (every thread, median) raw "
-                    f"{cpu[f'raw-{readers}']['median']:.0f} ns, "
-                    + ", ".join(f"{p} {cpu[f'{p}-{readers}']['median']:.0f} ns" for p in present)
-                    + "; "
-                    + ", ".join(f"raw / {p} **{ratios[f'raw_over_{p}_{suffix}']:.2f}**" for p in present)
-                )
+        for of_variant, readers, raw_ns, cpu in bench_throughput.cpu_rows(result):
+            if of_variant != variant:
+                continue
+            lines.append(
+                f"- `{variant}`, {readers} reader(s): process CPU per record (every thread, median) raw "
+                f"{raw_ns:.0f} ns, "
+                + ", ".join(f"{p} {ns:.0f} ns" for p, ns, _ratio in cpu)
+                + "; "
+                + ", ".join(f"raw / {p} **{ratio:.2f}**" for p, _ns, ratio in cpu)
+            )
     if "profile" in result:
         profile = result["profile"]
         lines.append(
