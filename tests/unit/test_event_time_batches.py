@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from harness.timestamps import Row, messages_of, msg, plain_times
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import records_of
 from multicluster_source.framework._split import KafkaPartitionSplit
@@ -26,27 +27,6 @@ from multicluster_source.ops._metrics_relay import MetricsRecorder, apply_metric
 from multicluster_source.reader._batches import only_split
 from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime._watermarks import WatermarkTracker, assigned_late_counts
-
-Row = tuple[int, str, int | None]  # partition, topic, timestamp (None: the message has none)
-
-
-def msg(topic: str, partition: int, offset: int, ts: int | None) -> Any:
-    stamp = (0, -1) if ts is None else (1, ts)  # what librdkafka gives a message without timestamp
-    return Message(topic=topic, partition=partition, offset=offset, value=b"v", timestamp=stamp)
-
-
-def messages_of(rows: list[Row]) -> list[Any]:
-    return [msg(t, p, i, ts) for i, (p, t, ts) in enumerate(rows)]
-
-
-def plain_times(rows: list[Row]) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
-    for p, t, ts in rows:
-        if ts is not None:
-            sid = f"c/{t}/{p}"
-            lo, hi = out.get(sid, (ts, ts))
-            out[sid] = (min(lo, ts), max(hi, ts))
-    return out
 
 
 def plain_late(rows: list[Row], watermark: int) -> dict[str, int]:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from harness.timestamps import messages_of, msg, plain_times
 from multicluster_source import ConfigurationError, SourceFailedError, WatermarkStrategy
 from multicluster_source.framework._records import records_of
 from multicluster_source.framework._watermarks import kafka_event_times
@@ -20,11 +21,6 @@ from multicluster_source.runtime._watermarks import WatermarkCombiner, Watermark
 
 NOT_A_NUMBER: Any = "5"
 NOT_CALLABLE: Any = 5
-
-
-def msg(topic: str, partition: int, offset: int, ts: int | None) -> Any:
-    stamp = (0, -1) if ts is None else (1, ts)
-    return Message(topic=topic, partition=partition, offset=offset, value=b"v", timestamp=stamp)
 
 
 # ------------------------------------------------------------------------------------------- strategy
@@ -312,13 +308,8 @@ def test_monotonous_reads_only_the_ends_of_each_run() -> None:
     )
 )
 def test_event_times_match_a_plain_computation(rows: list[tuple[int, str, int | None]]) -> None:
-    messages = [msg(t, p, i, ts) for i, (p, t, ts) in enumerate(rows)]
-    expected: dict[str, tuple[int, int]] = {}
-    for p, t, ts in rows:
-        if ts is not None:
-            sid = f"c/{t}/{p}"
-            lo, hi = expected.get(sid, (ts, ts))
-            expected[sid] = (min(lo, ts), max(hi, ts))
+    messages = messages_of(rows)
+    expected = plain_times(rows)
     assert kafka_event_times("c", messages) == expected
     only_a = [m for m in messages if m.topic() == "a"]
     assert kafka_event_times("c", only_a, topic="a") == {k: v for k, v in expected.items() if "/a/" in k}
