@@ -274,12 +274,10 @@ class WorkerHost:
                 if callable(on_watermark) and self._watermark != told:
                     told = self._watermark
                     on_watermark(told)
-                batch = self._handoff.get(0.0) if self._unsent_positions else None
-                if batch is None:
-                    if self._unsent_positions:  # nothing ready to handle: report what was, then wait
-                        with self._lock:
-                            self._flush_delivered_locked()
-                    batch = self._handoff.get(0.05)
+                batch = self._handoff.get(0.0 if self._unsent_positions else 0.05)
+                if batch is None and self._unsent_positions:  # nothing ready: report what was, then wait
+                    with self._lock:
+                        self._flush_delivered_locked()
                 if batch is None or self._stopping.is_set():
                     continue  # a batch taken while stopping is not handled: its records come again
                 watermark = self._watermark  # the run's as this batch is handed over (late records)
