@@ -13,12 +13,13 @@ from typing import Any
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import SourceRecord, records_of
-from multicluster_source.framework._watermarks import EventTimes, assigned_event_times, late_counts
+from multicluster_source.framework._watermarks import EventTimes
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._messages import WatermarkAdvanced
 from multicluster_source.runtime._watermarks import (
     WatermarkTracker,
-    assigned_late_counts,
+    chunk_event_times,
+    chunk_late_counts,
     strategy_of,
     stream_watermarks,
 )
@@ -44,22 +45,14 @@ class WorkerEventTimes:
         self, batch: RecordBatch, records: list[SourceRecord] | None, watermark: int | None
     ) -> dict[str, tuple[int, int]] | None:
         """The event times of ``batch`` (whose ``records``, when the handler got records) to report."""
-        assigner = self._assigner
-        if assigner is None:
-            times = batch.event_times
-            if times is None:
-                return None
-            late = late_counts(batch.messages, times, watermark) if watermark is not None else {}
-            out = dict(times)
-        else:
-            assert self._make is not None
-            made = records if records is not None else self._make(batch.cluster_id, batch.messages)
-            per_split = assigned_event_times(made, assigner)
-            late = assigned_late_counts(per_split, watermark) if watermark is not None else {}
-            out = {sid: (min(v), max(v)) for sid, v in per_split.items()}
-        for topic, n in late.items():
+        if self._assigner is None and batch.event_times is None:
+            return None
+        times, per_split = chunk_event_times(
+            batch.cluster_id, batch.messages, batch.event_times, records, self._assigner, self._make
+        )
+        for topic, n in chunk_late_counts(batch.messages, times, per_split, watermark).items():
             self._metrics.late_records(batch.cluster_id, topic, n)
-        return out
+        return dict(times)
 
 
 def worker_event_times(source: Any, metrics: Any) -> WorkerEventTimes | None:

@@ -28,6 +28,7 @@ from typing import Any
 from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._watermarks import (
     EventTimes,
+    TimestampAssigner,
     WatermarkStrategy,
     assigned_event_times,
     kafka_event_times,
@@ -222,15 +223,9 @@ class WatermarkTracker:
         """
         if not messages:
             return
-        per_split: dict[str, list[int]] | None = None
-        if self._assigner is not None:
-            if records is None:
-                assert self._make_records is not None
-                records = self._make_records(cluster_id, messages)
-            per_split = assigned_event_times(records, self._assigner)
-            times: EventTimes = {sid: (min(v), max(v)) for sid, v in per_split.items()}
-        else:
-            times = event_times if event_times is not None else kafka_event_times(cluster_id, messages)
+        times, per_split = chunk_event_times(
+            cluster_id, messages, event_times, records, self._assigner, self._make_records
+        )
         now = self._clock()
         bound = self._bound
         with self._lock:
@@ -239,14 +234,8 @@ class WatermarkTracker:
             for sid, (_low, high) in times.items():
                 combiner.advance(sid, high - bound, now)
             value = combiner.compute(now)
-        if before is not None:
-            late = (
-                late_counts(messages, times, before)
-                if per_split is None
-                else assigned_late_counts(per_split, before)
-            )
-            for topic, n in late.items():
-                self._metrics.late_records(cluster_id, topic, n)
+        for topic, n in chunk_late_counts(messages, times, per_split, before).items():
+            self._metrics.late_records(cluster_id, topic, n)
         self._publish(value)
 
     def advance(self, times: EventTimes) -> None:
@@ -303,6 +292,44 @@ def _covered(split_id: str, clusters: Mapping[str, ClusterMetadata]) -> bool:
     cluster_id, topic, _partition = split_id.rsplit("/", 2)
     cluster = clusters.get(cluster_id)
     return cluster is not None and topic in cluster.topics
+
+
+def chunk_event_times(
+    cluster_id: str,
+    messages: Sequence[Any],
+    event_times: EventTimes | None,
+    records: Sequence[SourceRecord] | None,
+    assigner: TimestampAssigner | None,
+    make_records: Callable[[str, Sequence[Any]], list[SourceRecord]] | None,
+) -> tuple[EventTimes, dict[str, list[int]] | None]:
+    """Split -> (smallest, largest) event time of ``messages`` (one cluster's, handed out together), and
+    with a timestamp assigner the event times it gave per split (for :func:`chunk_late_counts`).
+
+    Without an assigner: ``event_times`` as the fetcher found them, or the messages' Kafka timestamps. With
+    one: over ``records``, made with ``make_records`` when the caller got none."""
+    if assigner is None:
+        times = event_times if event_times is not None else kafka_event_times(cluster_id, messages)
+        return times, None
+    if records is None:
+        assert make_records is not None
+        records = make_records(cluster_id, messages)
+    per_split = assigned_event_times(records, assigner)
+    return {sid: (min(v), max(v)) for sid, v in per_split.items()}, per_split
+
+
+def chunk_late_counts(
+    messages: Sequence[Any],
+    times: EventTimes,
+    per_split: Mapping[str, list[int]] | None,
+    watermark: int | None,
+) -> dict[str, int]:
+    """topic -> records of a chunk (see :func:`chunk_event_times`) at or below ``watermark`` (none
+    without one)."""
+    if watermark is None:
+        return {}
+    if per_split is None:
+        return late_counts(messages, times, watermark)
+    return assigned_late_counts(per_split, watermark)
 
 
 def assigned_late_counts(per_split: Mapping[str, list[int]], watermark: int) -> dict[str, int]:
