@@ -5,7 +5,10 @@
     ``stream.poll_batches(max_records=10000)`` (parallelism 1, touching every ``msg.value()``) under three
     strategies, alternating and repeated: ``none`` (``no_watermarks()``, the default), ``bounded``
     (``for_bounded_out_of_orderness(5)``: every message's timestamp is read, in the fetch thread) and
-    ``monotonous``; each run also reads ``stream.watermark`` after every call. Records/s from the first
+    ``monotonous``, and ``floor``: no strategy, but the caller reads every message's Kafka timestamp once
+    (``list(map(Message.timestamp, batch.messages))``), the least that any event time per record costs
+    through confluent-kafka (``bounded`` must read them all to count late records and find each split's
+    largest time). Each run also reads ``stream.watermark`` after every call. Records/s from the first
     record to the N-th, median; the cost is ``1 - strategy / none``. Also the process's CPU time per record
     over the same span (all threads), median, and its cost ``strategy / none - 1``: less disturbed than
     wall-clock rates by other work on the machine.
@@ -44,6 +47,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from confluent_kafka import Message
 from prometheus_client import CollectorRegistry
 
 from benchmarks._brokers import RESULTS_DIR, Cluster, add_broker_argument, machine_info, started_clusters
@@ -63,6 +67,11 @@ STRATEGIES: dict[str, WatermarkStrategy] = {
     "bounded": WatermarkStrategy.for_bounded_out_of_orderness(5.0),
     "monotonous": WatermarkStrategy.for_monotonous_timestamps(),
 }
+KINDS: dict[str, tuple[WatermarkStrategy, bool]] = {  # name -> (strategy, the caller reads every timestamp)
+    **{name: (strategy, False) for name, strategy in STRATEGIES.items()},
+    "floor": (STRATEGIES["none"], True),
+}
+_timestamp = Message.timestamp
 
 
 def _source(cluster: Cluster, topic: str, strategy: WatermarkStrategy) -> MultiClusterKafkaSource:
@@ -77,10 +86,12 @@ def _source(cluster: Cluster, topic: str, strategy: WatermarkStrategy) -> MultiC
     )
 
 
-def drain_batches(cluster: Cluster, topic: str, n: int, strategy: WatermarkStrategy) -> dict[str, float]:
+def drain_batches(
+    cluster: Cluster, topic: str, n: int, strategy: WatermarkStrategy, read_timestamps: bool = False
+) -> dict[str, float]:
     """Records/s from the first record to the n-th, the process's CPU time per record over the same span
     (every thread: the caller's, the fetch thread's and the client's), and the mean time of a
-    ``stream.watermark`` read."""
+    ``stream.watermark`` read. ``read_timestamps``: the caller also reads each message's timestamp."""
     got = 0
     reads = 0
     read_s = 0.0
@@ -91,6 +102,8 @@ def drain_batches(cluster: Cluster, topic: str, n: int, strategy: WatermarkStrat
             for batch in stream.poll_batches(timeout=1.0, max_records=10_000):
                 for m in batch.messages:
                     m.value()
+                if read_timestamps:
+                    list(map(_timestamp, batch.messages))
                 got += len(batch)
                 if first is None:
                     first, cpu_first = time.perf_counter(), time.process_time()
@@ -250,10 +263,10 @@ def alignment(new: Cluster, old: Cluster, backlog: int = 50_000, live: int = 10_
 def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, Any]:
     cluster = clusters[0]
     data = produce_records(cluster, records)
-    runs: dict[str, list[dict[str, float]]] = {k: [] for k in STRATEGIES}
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
     for _ in range(repeats):
-        for name, strategy in STRATEGIES.items():
-            runs[name].append(drain_batches(cluster, data.topic, records, strategy))
+        for name, (strategy, read_timestamps) in KINDS.items():
+            runs[name].append(drain_batches(cluster, data.topic, records, strategy, read_timestamps))
             last = runs[name][-1]
             rate, cpu_ns = last["records_per_second"], last["cpu_ns_per_record"]
             print(f"  {name}: {rate:,.0f} rec/s, {cpu_ns:.0f} ns CPU/record", flush=True)
@@ -268,9 +281,9 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
         "throughput": {
             "records_per_second_median": medians,
             "runs": runs,
-            "cost": {k: 1 - medians[k] / medians["none"] for k in STRATEGIES if k != "none"},
+            "cost": {k: 1 - medians[k] / medians["none"] for k in KINDS if k != "none"},
             "cpu_ns_per_record_median": cpu,
-            "cpu_cost": {k: cpu[k] / cpu["none"] - 1 for k in STRATEGIES if k != "none"},
+            "cpu_cost": {k: cpu[k] / cpu["none"] - 1 for k in KINDS if k != "none"},
             "watermark_read_us_median": reads,
         },
         "propagation": prop,

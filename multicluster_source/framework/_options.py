@@ -198,7 +198,7 @@ class SourceOptions:
     topic_tracking_enable: bool = True
     topic_tracking_allow_reset: bool = True
     reader_buffer_max_batches: int = 16
-    reader_batch_max_records: int = 2000
+    reader_batch_max_records: int = 1000
     metadata_change_debounce_ms: int = 20
     standby_assignor: str = ""
     reader_heartbeat_timeout_ms: int = 10_000

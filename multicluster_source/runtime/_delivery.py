@@ -59,7 +59,10 @@ def part_positions(cluster_id: str, messages: Sequence[Any]) -> dict[str, int]:
 class Delivery:
     """Hands out what fetch threads put into ``handoff``; ``advance(positions)`` is called for what was taken.
 
-    ``stopped()`` ends a wait early (the stream failed, a bounded source finished).
+    ``stopped()`` ends a wait early (the stream failed, a bounded source finished). ``gather``: once a
+    :meth:`records` call holds this many records it returns, leaving further ready batches to the next call
+    (a list of records stays alive until the caller drops it; the larger it is, the more of it the garbage
+    collector walks again and again).
     """
 
     def __init__(
@@ -68,8 +71,10 @@ class Delivery:
         make_records: RecordMaker,
         advance: Callable[[Mapping[str, int]], None],
         on_delivered: OnDelivered | None = None,
+        gather: int | None = None,
     ) -> None:
         self._handoff = handoff
+        self._gather = gather
         self._make_records = make_records
         self._advance = advance
         self._on_delivered = on_delivered
@@ -188,7 +193,8 @@ class Delivery:
         return cluster_id, messages, positions
 
     def records(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[SourceRecord]:
-        """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds.
+        """Records that are ready (at most ``max_records``, and no further batch once ``gather`` are in
+        hand), ``[]`` after ``timeout`` seconds.
 
         When the record maker raises (a deserializer under policy ``fail``), the records of that batch part
         are not returned and their positions do not count as delivered.
@@ -196,7 +202,8 @@ class Delivery:
         self.detach()
         out: list[SourceRecord] = []
         deadline = time.monotonic() + timeout
-        while len(out) < max_records and self._next(deadline, bool(out), stopped) is not None:
+        enough = max_records if self._gather is None else min(max_records, self._gather)
+        while len(out) < enough and self._next(deadline, bool(out), stopped) is not None:
             batch, start = self._batch, self._start
             cluster_id, messages, positions = self._take(max_records - len(out))
             try:

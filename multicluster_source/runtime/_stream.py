@@ -102,7 +102,8 @@ class SourceStream:
         self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
         self._watermarks = stream_watermarks(source, self._metrics, make_records, self._coordinator, restored)
         on_delivered = self._watermarks.delivered if self._watermarks.enabled else None
-        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance, on_delivered)
+        gather = source.options.reader_batch_max_records  # poll: about one fetch batch a call
+        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance, on_delivered, gather)
         racks = dict(reader_racks or {})
         self._coordinator.racks = racks
         self._readers = [
@@ -122,7 +123,7 @@ class SourceStream:
         try:
             self._topics.start()
             self._coordinator.start()
-            enumerator = self._coordinator.call_sync(
+            self._enumerator = enumerator = self._coordinator.call_sync(
                 lambda: source.create_enumerator(
                     self._coordinator,
                     restored.enumerator if restored else None,
@@ -131,7 +132,6 @@ class SourceStream:
                     self._streams,
                 )
             )
-            self._enumerator = enumerator
             self._coordinator.enumerator = enumerator
             self._coordinator.call_sync(enumerator.start)
             self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
@@ -189,7 +189,7 @@ class SourceStream:
     # ------------------------------------------------------------------------------------------ reading
 
     def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[SourceRecord]:
-        """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds.
+        """Records that are ready (at most ``max_records``: about a fetch batch), ``[]`` after ``timeout`` s.
 
         Raises the source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """

@@ -30,7 +30,7 @@ DEFAULTS = {
     "topic.tracking.enable": "true",
     "topic.tracking.allow.reset": "true",
     "reader.buffer.max.batches": "16",
-    "reader.batch.max.records": "2000",
+    "reader.batch.max.records": "1000",
     "metadata.change.debounce.ms": "20",
     "standby.assignor": "",
     "reader.heartbeat.timeout.ms": "10000",
@@ -59,7 +59,7 @@ def test_defaults() -> None:
     assert opts.topic_tracking_enable is True
     assert opts.topic_tracking_allow_reset is True
     assert opts.reader_buffer_max_batches == 16
-    assert opts.reader_batch_max_records == 2000
+    assert opts.reader_batch_max_records == 1000
     assert opts.metadata_change_debounce_ms == 20
     assert opts.standby_assignor == ""
     assert opts.reader_heartbeat_timeout_ms == 10_000

@@ -124,12 +124,14 @@ def test_a_failing_deserializer_fails_naming_the_record_or_skips_and_counts() ->
     assert [r.value for r in records] == [b"ok", b"ok2"] and metrics.errors == [("east", "t")]
 
 
-def _delivery(batches: list[RecordBatch], maker: Any = None) -> tuple[Delivery, dict[str, int]]:
+def _delivery(
+    batches: list[RecordBatch], maker: Any = None, gather: int | None = None
+) -> tuple[Delivery, dict[str, int]]:
     handoff = Handoff(len(batches) + 1)
     for b in batches:
         assert handoff.put(b, lambda: False)
     delivered: dict[str, int] = {}
-    return Delivery(handoff, maker or RecordMaker(None), delivered.update), delivered
+    return Delivery(handoff, maker or RecordMaker(None), delivered.update, gather=gather), delivered
 
 
 def _batch(cluster: str, part_offsets: list[tuple[int, int]]) -> RecordBatch:
@@ -146,6 +148,17 @@ def test_a_cut_batch_delivers_the_positions_of_what_was_returned_only() -> None:
     rest = delivery.batches(0.0, 100, lambda: False)
     assert [(m.partition(), m.offset()) for b in rest for m in b.messages] == [(1, 6), (1, 7)]
     assert delivered == {"east/t/0": 12, "east/t/1": 8} and not delivery.holding
+
+
+def test_records_stop_taking_further_batches_once_a_fetch_batchs_worth_is_in_hand() -> None:
+    batches = [_batch("east", [(0, 1), (0, 2)]), _batch("west", [(1, 1)]), _batch("east", [(0, 3), (0, 4)])]
+    delivery, delivered = _delivery(batches, gather=3)
+    first = delivery.records(0.0, 100, lambda: False)
+    assert _offsets(first) == [(0, 1), (0, 2), (1, 1)]  # 2 < 3: one more batch, then enough
+    assert delivered == {"east/t/0": 3, "west/t/1": 2}
+    assert _offsets(delivery.records(0.0, 100, lambda: False)) == [(0, 3), (0, 4)]
+    assert delivered["east/t/0"] == 5
+    assert delivery.records(0.0, 100, lambda: False) == []
 
 
 def test_batches_hand_over_the_clients_own_message_objects_without_a_copy() -> None:
