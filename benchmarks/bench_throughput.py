@@ -475,6 +475,16 @@ def _variant_result(props: Mapping[str, str], runs: dict[str, list[Measurement]]
             for readers, suffix in ((1, "1_reader"), (2, "2_readers"))
             for path in PATHS
         },
+        # each repeat runs every kind back to back: the ratio within a repeat is less swayed by the machine's
+        # slower and faster stretches than the ratio of the medians
+        "paired_ratios": {
+            f"{path}_over_raw_{suffix}": statistics.median(
+                m.rate / raw.rate
+                for m, raw in zip(runs[f"{path}-{readers}"], runs[f"raw-{readers}"], strict=True)
+            )
+            for readers, suffix in ((1, "1_reader"), (2, "2_readers"))
+            for path in PATHS
+        },
         "runs": {
             kind: [
                 {
@@ -614,6 +624,22 @@ def cpu_rows(result: dict[str, Any]) -> list[tuple[str, int, float, list[tuple[s
     return rows
 
 
+def paired_rows(result: dict[str, Any]) -> list[tuple[str, int, list[tuple[str, float]]]]:
+    """(variant, readers, [(path, median over the repeats of path / raw within a repeat)]) for every variant
+    and reader count the result has them of (results written before lack them)."""
+    rows = []
+    for variant, vr in result["variants"].items():
+        paired = vr.get("paired_ratios")
+        if not paired:
+            continue
+        for readers, suffix in ((1, "1_reader"), (2, "2_readers")):
+            paths = [
+                (p, paired[f"{p}_over_raw_{suffix}"]) for p in PATHS if f"{p}_over_raw_{suffix}" in paired
+            ]
+            rows.append((variant, readers, paths))
+    return rows
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The result as a plain-text table (records/s: median [min-max])."""
     cfg = result["config"]
@@ -639,6 +665,11 @@ def format_table(result: dict[str, Any]) -> str:
             + ", ".join(f"{p} {ns:.0f}" for p, ns, _ratio in paths)
             + "; "
             + ", ".join(f"raw/{p} {ratio:.2f}" for p, _ns, ratio in paths)
+        )
+    for variant, readers, pairs in paired_rows(result):
+        lines.append(
+            f"paired (median of each run's ratio, open -> N-th), {variant}, {readers} reader(s): "
+            + ", ".join(f"{p}/raw {ratio:.2f}" for p, ratio in pairs)
         )
     for variant, vr in result["variants"].items():
         f = vr["first_record_seconds"]

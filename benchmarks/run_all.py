@@ -59,6 +59,12 @@ def _throughput_md(result: dict[str, Any]) -> list[str]:
         props = vr["client_properties"] or "none (librdkafka's defaults; the source's own)"
         firsts = ", ".join(f"{kind} {f[kind]['median']:.3f}" for kind in bench_throughput.KINDS if kind in f)
         lines.append(f"- `{variant}`: client properties {props}; first record after (median s): {firsts}")
+        for of_variant, readers, pairs in bench_throughput.paired_rows(result):
+            if of_variant == variant:
+                lines.append(
+                    f"- `{variant}`, {readers} reader(s): median of each repeat's ratio (open -> N-th, kinds "
+                    "run back to back) " + ", ".join(f"{p} / raw **{ratio:.2f}**" for p, ratio in pairs)
+                )
         for of_variant, readers, raw_ns, cpu in bench_throughput.cpu_rows(result):
             if of_variant != variant:
                 continue
@@ -158,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-two-clusters", action="store_true", help="skip the 2-cluster throughput run")
     parser.add_argument(
+        "--repeats", type=int, default=5, help="throughput runs of each kind, alternating (default 5)"
+    )
+    parser.add_argument(
         "--results", type=Path, default=RESULTS_MD, help="where to write the Markdown summary"
     )
     add_reliability_arguments(parser)
@@ -170,13 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with started_clusters(args.brokers, 2) as clusters:
         print(f"== clusters up after {time.perf_counter() - started:.0f} s", flush=True)
         results["throughput"] = bench_throughput.run(
-            clusters[:1], records=records, brokers=args.brokers, profile=args.profile
+            clusters[:1], records=records, repeats=args.repeats, brokers=args.brokers, profile=args.profile
         )
         bench_throughput.write_result(results["throughput"], bench_throughput.result_name(1))
         print(bench_throughput.format_table(results["throughput"]), flush=True)
         if not args.no_two_clusters:
             results["throughput-2clusters"] = bench_throughput.run(
-                clusters, records=records, brokers=args.brokers
+                clusters, records=records, repeats=args.repeats, brokers=args.brokers
             )
             bench_throughput.write_result(results["throughput-2clusters"], bench_throughput.result_name(2))
             print(bench_throughput.format_table(results["throughput-2clusters"]), flush=True)
