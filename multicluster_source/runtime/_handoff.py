@@ -72,6 +72,7 @@ class Handoff:
         """Fetch threads that waited ``_BARGE_S``, in the order they came; the first is woken for room."""
         self._steps: tuple[tuple[Step, Callable[[], None]], ...] = ()
         """Fetch steps lent to the consumer (run on its thread when it finds nothing to take)."""
+        self._first_step = 0  # where the consumer's next round of steps starts (its thread only)
         self.inline = True
         """Whether the consumer runs lent steps; an asyncio consumer does not (a step may wait on the client,
         e.g. to unassign a finished split, which must not block an event loop)."""
@@ -152,12 +153,24 @@ class Handoff:
 
     def get(self, timeout: float, fetch: bool = True) -> RecordBatch | None:
         """The next batch, or None after ``timeout`` seconds; when nothing waits, the lent steps run first
-        (unless ``fetch`` is False: the caller already has something to hand out)."""
+        (unless ``fetch`` is False: the caller already has something to hand out), one after another until
+        one fetched a batch, each round starting after the step that fetched last (so each fetcher gets its
+        turn)."""
         with self._lock:
             steps = (
                 self._steps if fetch and self.inline and not self._items and not self.closed.is_set() else ()
             )
-        idle = [release for step, release in steps if step()]
+        idle: list[Callable[[], None]] = []
+        for i in range(len(steps)):  # from where the last round stopped, until one step fetched a batch
+            k = (self._first_step + i) % len(steps)
+            step, release = steps[k]
+            if step():
+                idle.append(release)
+            elif self._items:
+                # one batch in hand, not one a fetcher: the others' would wait in the buffer, alive, while the
+                # caller makes records of this one (more objects for the garbage collector to walk)
+                self._first_step = k + 1
+                break
         if idle and not self._items:  # nothing anywhere: their fetch threads wait for records again
             for release in idle:
                 release()

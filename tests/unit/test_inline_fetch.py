@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Message, TopicPartition
 
 from harness.fake_consumer import FakeConsumer, FakeReaderContext
+from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
@@ -137,3 +138,31 @@ def test_no_step_runs_on_a_stopped_fetchers_consumer() -> None:
     for _ in range(3):
         handoff.get(0.0)  # the step was withdrawn: the closed consumer is not asked (it would raise)
     assert feed.count("close") == 1
+
+
+def test_lent_steps_run_until_one_fetched_a_batch_and_take_turns() -> None:
+    handoff = Handoff(4)
+    ran: list[str] = []
+    released: list[str] = []
+    has_records = {"east": True, "west": True, "north": False}
+
+    def lend(cluster: str) -> None:
+        def step() -> bool:  # True: ran and found nothing
+            ran.append(cluster)
+            if not has_records[cluster]:
+                return True
+            handoff.put_now(RecordBatch(cluster, [], {}))
+            return False
+
+        handoff.lend(step, lambda: released.append(cluster))
+
+    for cluster in ("east", "west", "north"):
+        lend(cluster)
+    got = [handoff.get(0.0) for _ in range(4)]
+    # one batch a call (the other fetchers' batches do not wait in the buffer), each round starting after
+    # the step that fetched last; north, with nothing, is passed over on the way
+    assert [b.cluster_id if b else None for b in got] == ["east", "west", "east", "west"]
+    assert ran == ["east", "west", "north", "east", "west"] and handoff.empty()
+    has_records.update(east=False, west=False)
+    assert handoff.get(0.0) is None
+    assert sorted(released) == ["east", "north", "west"]  # nothing anywhere: every step released
