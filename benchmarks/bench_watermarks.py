@@ -11,7 +11,8 @@
     each split's largest time). Each run also reads ``stream.watermark`` after every call. Records/s from
     the first record to the N-th, median; the cost is ``1 - kind / none``. Also the process's CPU time per
     record over the same span (all threads), median, and its cost ``kind / none - 1``: less disturbed than
-    wall-clock rates by other work on the machine.
+    wall-clock rates by other work on the machine. *Paired* costs are the median over the repeats of each
+    repeat's own cost (the kinds of a repeat run back to back).
 ``propagation``
     The push API (``runtime="threads"``, one reader, one partition of N records): each batch handler notes
     when it returns and the watermark its records give; a monitor thread polls ``RunControl.watermark``
@@ -285,6 +286,23 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
             "cost": {k: 1 - medians[k] / medians["none"] for k in KINDS if k != "none"},
             "cpu_ns_per_record_median": cpu,
             "cpu_cost": {k: cpu[k] / cpu["none"] - 1 for k in KINDS if k != "none"},
+            # the kinds of a repeat run back to back: a repeat's own ratio is less swayed by slow stretches
+            "paired_cost": {
+                k: statistics.median(
+                    1 - a["records_per_second"] / b["records_per_second"]
+                    for a, b in zip(runs[k], runs["none"], strict=True)
+                )
+                for k in KINDS
+                if k != "none"
+            },
+            "paired_cpu_cost": {
+                k: statistics.median(
+                    a["cpu_ns_per_record"] / b["cpu_ns_per_record"] - 1
+                    for a, b in zip(runs[k], runs["none"], strict=True)
+                )
+                for k in KINDS
+                if k != "none"
+            },
             "watermark_read_us_median": reads,
         },
         "propagation": prop,
@@ -295,17 +313,22 @@ def run(clusters: Sequence[Cluster], records: int, repeats: int) -> dict[str, An
 def format_table(result: dict[str, Any]) -> str:
     t = result["throughput"]
     cpu = t.get("cpu_ns_per_record_median", {})
+    paired, paired_cpu = t.get("paired_cost", {}), t.get("paired_cpu_cost", {})
     lines = [
-        "| strategy | records/s (median) | cost vs none | CPU ns/record (median) | CPU cost | "
-        "`stream.watermark` read |",
-        "|---|---|---|---|---|---|",
+        "| kind | records/s (median) | cost vs none | paired cost | CPU ns/record (median) | CPU cost | "
+        "paired CPU cost | `stream.watermark` read |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+
+    def pct(table: dict[str, float], k: str) -> str:
+        return "" if k not in table else f"{table[k] * 100:.1f} %"
+
     for k, v in t["records_per_second_median"].items():
-        cost = "" if k == "none" else f"{t['cost'][k] * 100:.1f} %"
         cpu_k = f"{cpu[k]:.0f}" if k in cpu else "-"
-        cpu_cost = "" if k == "none" or k not in cpu else f"{t['cpu_cost'][k] * 100:.1f} %"
+        read_us = t["watermark_read_us_median"][k]
         lines.append(
-            f"| {k} | {v:,.0f} | {cost} | {cpu_k} | {cpu_cost} | {t['watermark_read_us_median'][k]:.1f} µs |"
+            f"| {k} | {v:,.0f} | {pct(t['cost'], k)} | {pct(paired, k)} | {cpu_k} | "
+            f"{pct(t.get('cpu_cost', {}), k)} | {pct(paired_cpu, k)} | {read_us:.1f} µs |"
         )
     p = result["propagation"]
     lines.append("")
