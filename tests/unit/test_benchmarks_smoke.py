@@ -33,6 +33,11 @@ def _throughput_result() -> dict[str, Any]:
             for suffix in ("1_reader", "2_readers")
             for path in bench_throughput.PATHS
         },
+        "paired_ratios": {
+            f"{path}_over_raw_{suffix}": 0.9
+            for suffix in ("1_reader", "2_readers")
+            for path in bench_throughput.PATHS
+        },
     }
     config = {"records": 1000, "value_bytes": 100, "clusters": 1, "partitions_per_topic": 4, "repeats": 3}
     profile = {
@@ -83,6 +88,7 @@ def test_tables_and_results_markdown(tmp_path: Path) -> None:
     assert "200k [150k-250k]" in table and "batches-2 0.050" in table
     assert len(bench_throughput.table_rows(throughput)) == 4  # 1 and 2 readers, timed two ways
     assert "raw 600, batches 750, records 750, iterate 750; raw/batches 0.80" in table
+    assert "fast-refetch, 1 reader(s): batches/raw 0.90, records/raw 0.90, iterate/raw 0.90" in table
     recon_table = bench_reconciliation.format_table(reconciliation)
     assert "discovery interval" in recon_table
     assert "add topic: its first record" in recon_table
@@ -102,6 +108,7 @@ def test_tables_and_results_markdown(tmp_path: Path) -> None:
     )
     assert "`benchmarks/results/profile-batch-path.txt`" in text
     assert "raw 600 ns, batches 750 ns, records 750 ns, iterate 750 ns; raw / batches **0.80**" in text
+    assert "kinds run back to back) batches / raw **0.90**, records / raw **0.90**" in text
     assert "| add topic: its first record | 0.300 | 0.400 |" in text
     assert "| east, +-5 s of every change (fetch.wait.max.ms 100) | 0.002 | **0.045** | 0.090 |" in text
 
@@ -135,8 +142,13 @@ def test_watermark_report_formats_made_up_results() -> None:
         },
     }
     table = bench_watermarks.format_table(result)
-    assert "| bounded | 900 | 10.0 % | - |  |" in table and "p99 5.00 ms" in table
+    assert "| bounded | 900 | 10.0 % |  | - |  |  | 2.0 µs |" in table and "p99 5.00 ms" in table
     throughput: dict[str, Any] = result["throughput"]
     throughput["cpu_ns_per_record_median"] = {"none": 800.0, "bounded": 880.0, "monotonous": 808.0}
     throughput["cpu_cost"] = {"bounded": 0.1, "monotonous": 0.01}
-    assert "| monotonous | 990 | 1.0 % | 808 | 1.0 % |" in bench_watermarks.format_table(result)
+    assert "| monotonous | 990 | 1.0 % |  | 808 | 1.0 % |  |" in bench_watermarks.format_table(result)
+    throughput["paired_cost"] = {"bounded": 0.12, "monotonous": 0.02}
+    throughput["paired_cpu_cost"] = {"bounded": 0.08, "monotonous": 0.0}
+    table = bench_watermarks.format_table(result)
+    assert "| bounded | 900 | 10.0 % | 12.0 % | 880 | 10.0 % | 8.0 % | 2.0 µs |" in table
+    assert "| none | 1,000 |  |  | 800 |  |  | 1.0 µs |" in table
