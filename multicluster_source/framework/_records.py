@@ -227,17 +227,23 @@ def records_of(cluster_id: str, messages: Sequence[Any]) -> list[SourceRecord]:
     return list(map(_new, repeat(SourceRecord), zip(repeat(cluster_id), messages, values)))
 
 
+def iterator_at(messages: Sequence[Any], start: int) -> Any:
+    """A list iterator over ``messages`` that goes on from index ``start``: ``len(messages) -
+    it.__length_hint__()`` is the index after the last message taken, and ``it.__setstate__(i)`` moves it."""
+    it: Any = iter(messages)
+    it.__setstate__(start)
+    return it
+
+
 def record_iterator(
     cluster_id: str, messages: Sequence[Any], start: int
 ) -> tuple[Iterator[SourceRecord], Any]:
     """Records of ``messages[start:]`` (no deserializer), each made as it is taken, and the iterator over
-    ``messages`` the records are taken from: ``len(messages) - taken.__length_hint__()`` is the index after
-    the last message made into a record, and ``taken.__setstate__(len(messages))`` ends the records."""
-    taken: Any = iter(messages)
-    taken.__setstate__(start)
-    values: Any = iter(messages)
-    values.__setstate__(start)
-    return map(_new, repeat(SourceRecord), zip(repeat(cluster_id), taken, map(_value_of, values))), taken
+    ``messages`` the records are taken from (:func:`iterator_at`; ``taken.__setstate__(len(messages))`` ends
+    the records)."""
+    taken = iterator_at(messages, start)
+    values = map(_value_of, iterator_at(messages, start))
+    return map(_new, repeat(SourceRecord), zip(repeat(cluster_id), taken, values)), taken
 
 
 def raw_record(cluster_id: str, message: Any) -> RawRecord:

@@ -38,6 +38,7 @@ __all__ = [
     "kafka_event_times",
     "late_counts",
     "part_event_times",
+    "widen_event_times",
 ]
 
 TimestampAssigner = Callable[[Any], "int | None"]
@@ -266,10 +267,14 @@ def _fill(out: BatchEventTimes, messages: Sequence[Any], runs: Sequence[tuple[st
             low, high = stamps[0], stamps[-1]
             if low < 0:  # a message without timestamp (-1) in the run
                 low, high = _present(stamps)
-        if high < 0:
-            continue
-        seen = out.get(sid)
-        out[sid] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
+        if high >= 0:
+            widen_event_times(out, sid, low, high)
+
+
+def widen_event_times(times: dict[str, tuple[int, int]], split_id: str, low: int, high: int) -> None:
+    """Widen ``times[split_id]`` (smallest, largest) to take in ``low`` and ``high``."""
+    seen = times.get(split_id)
+    times[split_id] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
 
 
 def _present(stamps: list[int]) -> tuple[int, int]:

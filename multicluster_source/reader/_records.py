@@ -22,6 +22,7 @@ from multicluster_source.framework._records import (
     Deserializer,
     SourceRecord,
     deserialized_record,
+    iterator_at,
     raw_record,
     record_iterator,
     records_of,
@@ -50,8 +51,7 @@ class RecordMaker:
         under policy ``fail`` is not counted as taken."""
         if self._deserializer is None:
             return record_iterator(cluster_id, messages, start)
-        taken: Any = iter(messages)
-        taken.__setstate__(start)
+        taken = iterator_at(messages, start)
         return self._deserialized(cluster_id, messages, taken), taken
 
     def _deserialized(self, cluster_id: str, messages: Sequence[Any], taken: Any) -> Iterator[SourceRecord]:

@@ -15,6 +15,7 @@ from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
 from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.framework._watermarks import EventTimes, widen_event_times
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._handoff import Handoff
@@ -49,7 +50,6 @@ _RECORDS = RecordMaker(None)
 _DELIVERED_EVERY_S = 0.01
 """How often a worker reports the positions of handled batches (``Delivered``), at most; a report per batch
 cost about 5% of a worker process's time (pickling and a pipe write per batch of 2,000)."""
-EventTimes = Mapping[str, tuple[int, int]]
 
 
 def record_maker(source: SourceFactory, metrics: Any, batches: bool) -> RecordMaker | None:
@@ -236,8 +236,7 @@ class WorkerHost:
             if merged is None:
                 merged = self._unsent_times = {}
             for sid, (low, high) in times.items():
-                seen = merged.get(sid)
-                merged[sid] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
+                widen_event_times(merged, sid, low, high)
         if time.monotonic() - self._last_delivered >= _DELIVERED_EVERY_S:
             self._flush_delivered_locked()
 
