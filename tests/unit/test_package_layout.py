@@ -16,9 +16,10 @@ ROOT_NAME = "multicluster_source"
 
 # Layers, top first: a module may import its own layer's modules and any lower layer's, never a higher one.
 LAYERS: list[set[str]] = [
-    {"", "tools"},  # the public surface: __init__, the source and builder, testing; command-line tools
+    {"", "tools", "hybrid"},  # the public surface: __init__, source and builder, testing, hybrid; tools
     {"runtime"},
     {"enumerator", "reader"},
+    {"replicas"},  # position translation to replica clusters (MirrorMaker 2), used by the enumerator
     {"ops"},
     {"framework"},
     {"metadata"},
