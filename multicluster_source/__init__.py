@@ -52,7 +52,7 @@ from multicluster_source.runtime._async import AsyncSourceStream
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._stream import SourceStream
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncSourceStream",
