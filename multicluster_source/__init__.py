@@ -1,7 +1,7 @@
 """multicluster_source: read one logical stream from topics on many Kafka clusters, live.
 
 Everything a user needs is importable from here; implementation modules are private (``_``-prefixed) and the
-subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See the README for the quick start.
+subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See docs/getting-started.md to begin.
 """
 
 from __future__ import annotations
