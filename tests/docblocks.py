@@ -12,7 +12,11 @@ The one exception is the README's ``## Quick start`` block, which CI itself runs
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +121,23 @@ def session(block: Block) -> list[tuple[str, list[str]]]:
             assert commands, f"{block.where}: output before the first command"
             commands[-1][1].append(line)
     return commands
+
+
+def argv_of(command: str) -> list[str]:
+    """The argv that runs a command of a console block with this interpreter and this tree's package."""
+    argv = shlex.split(command)
+    if argv[0] == "multicluster-source":
+        return [sys.executable, "-m", "multicluster_source", *argv[1:]]
+    assert argv[0] == "python", command
+    return [sys.executable, *argv[1:]]
+
+
+def run_example(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in ``cwd`` as a reader of the docs would, importing this tree's package."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "110"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=cwd, check=False)
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a Python block in a fresh interpreter in ``cwd``."""
+    return run_example([sys.executable, "-c", code], cwd)

@@ -7,26 +7,17 @@ mapping back. ``streams.yaml`` is written the way the page describes it.
 
 from __future__ import annotations
 
-import os
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
 
-from docblocks import ROOT, marked_block, session
+from docblocks import argv_of, marked_block, run_example, run_python, session
 from harness.cluster import Cluster, unique_name
 from multicluster_source import ClusterMetadata, KafkaStream
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = pytest.mark.integration
-
-
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=cwd, check=False)
 
 
 def _orders(cluster: Cluster, tmp_path: Path) -> str:
@@ -39,7 +30,7 @@ def _orders(cluster: Cluster, tmp_path: Path) -> str:
 
 def test_the_asyncio_example_reads_the_stream(kafka_cluster: Cluster, tmp_path: Path) -> None:
     _orders(kafka_cluster, tmp_path)
-    done = _run([sys.executable, "-c", marked_block("asyncio").code], tmp_path)
+    done = run_python(marked_block("asyncio").code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "3 records, first order-0\n"
     assert (tmp_path / "ckpt").is_dir()
@@ -62,7 +53,7 @@ def test_the_first_metadata_change_adds_a_topic_to_the_running_source(
     }.items():
         assert doc_value in code, doc_value
         code = code.replace(doc_value, test_value)
-    done = _run([sys.executable, "-c", code], tmp_path)
+    done = run_python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.replace(refunds, "refunds").replace(orders, "orders") == "['orders', 'refunds']\n"
 
@@ -90,13 +81,7 @@ def test_the_metadata_topic_session_prints_what_the_guide_shows(
     for command, expected in commands:
         for doc_value, test_value in to_test.items():
             command = command.replace(doc_value, test_value)
-        argv = shlex.split(command)
-        if argv[0] == "multicluster-source":
-            argv = [sys.executable, "-m", "multicluster_source", *argv[1:]]
-        else:
-            assert argv[0] == "python", command
-            argv = [sys.executable, *argv[1:]]
-        done = _run(argv, tmp_path)
+        done = run_example(argv_of(command), tmp_path)
         assert done.returncode == 0, f"{command}\n{done.stderr}"
         got = done.stdout
         for test_value, doc_value in to_docs:
@@ -106,6 +91,6 @@ def test_the_metadata_topic_session_prints_what_the_guide_shows(
     code = marked_block("metadata-topic-code").code
     for doc_value, test_value in to_test.items():
         code = code.replace(doc_value, test_value)
-    done = _run([sys.executable, "-c", code], tmp_path)
+    done = run_python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['orders']", "set()"]

@@ -8,31 +8,14 @@ blocks run in ``test_docs_examples.py``; the markers that tie blocks to tests ar
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from docblocks import ROOT, blocks, marked_block
+from docblocks import ROOT, blocks, marked_block, run_python
 from harness.cluster import Cluster
 
 pytestmark = pytest.mark.integration
-
-
-def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter in ``cwd``, importing this tree's package."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=cwd,
-        check=False,
-    )
 
 
 def test_the_readme_example_reads_the_stream_it_describes(kafka_cluster: Cluster, tmp_path: Path) -> None:

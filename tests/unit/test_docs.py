@@ -5,11 +5,7 @@ need no broker (the command line's help and ``check``). The blocks that need a b
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +16,12 @@ from docblocks import (
     RUNNABLE,
     Block,
     all_blocks,
+    argv_of,
     block_before,
     blocks,
     doc_files,
     marked_block,
+    run_example,
     session,
 )
 from multicluster_source.framework._options import SOURCE_OPTION_KEYS
@@ -84,19 +82,6 @@ def test_the_readme_is_a_landing_page() -> None:
         assert (ROOT / link).is_file(), link
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "110"}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=cwd, check=False)
-
-
-def _argv(command: str) -> list[str]:
-    argv = shlex.split(command)
-    if argv[0] == "multicluster-source":
-        return [sys.executable, "-m", "multicluster_source", *argv[1:]]
-    assert argv[0] == "python", command
-    return [sys.executable, *argv[1:]]
-
-
 def test_the_command_line_reference_is_the_commands_own_help(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -122,7 +107,7 @@ def test_check_on_the_getting_started_file(tmp_path: Path) -> None:
     assert "topics: [orders]" in stream.code
     (tmp_path / "streams.yaml").write_text(stream.code.replace("[orders]", "[orders, refunds]"))
     ((command, expected),) = session(block)
-    done = _run(_argv(command), tmp_path)
+    done = run_example(argv_of(command), tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == expected
 
@@ -133,7 +118,7 @@ def test_check_on_the_bad_file_of_the_cli_guide(tmp_path: Path) -> None:
     assert bad.lang == "yaml"
     (tmp_path / "bad-streams.yaml").write_text(bad.code)
     ((command, expected),) = session(block)
-    done = _run(_argv(command), tmp_path)
+    done = run_example(argv_of(command), tmp_path)
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines() == expected
 
