@@ -7,6 +7,7 @@ mapping back. ``streams.yaml`` is written the way the page describes it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,26 @@ def test_the_first_metadata_change_adds_a_topic_to_the_running_source(
     done = run_python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.replace(refunds, "refunds").replace(orders, "orders") == "['orders', 'refunds']\n"
+
+
+def test_the_push_job_on_worker_processes_handles_every_record(
+    kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = _orders(kafka_cluster, tmp_path)
+    # a script file, not -c: spawned workers import the handler from the main module's file
+    (tmp_path / "job.py").write_text(marked_block("push-processes").code)
+    done = run_example([sys.executable, "job.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.replace(topic, "orders").splitlines()
+    assert lines == [
+        "east orders 0 order-0",
+        "east orders 1 order-1",
+        "east orders 2 order-2",
+        "3 records, finished: True",
+    ]
+    again = run_example([sys.executable, "job.py"], tmp_path)  # restored from the final checkpoint
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == ["0 records, finished: True"]
 
 
 def test_the_metadata_topic_session_prints_what_the_guide_shows(
