@@ -27,13 +27,11 @@ from typing import Any
 import pytest
 
 from docblocks import ROOT
+from harness.chromium import MISSING, SKIP_REASON, headless_args
 
-CHROMIUM = os.environ.get("MCS_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"
 
-pytestmark = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing: apt-get install -y chromium"
-)
+pytestmark = pytest.mark.skipif(MISSING, reason=SKIP_REASON)
 
 
 @pytest.fixture(scope="module")
@@ -86,21 +84,7 @@ class _Browser:
             os.dup2(from_chrome_w, 4)
 
         self._proc = subprocess.Popen(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-dev-shm-usage",
-                f"--user-data-dir={profile}",
-                "--remote-debugging-pipe",
-                "about:blank",
-            ],
+            headless_args(profile, "--remote-debugging-pipe", "about:blank"),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
