@@ -1,7 +1,7 @@
 """multicluster_source: read one logical stream from topics on many Kafka clusters, live.
 
 Everything a user needs is importable from here; implementation modules are private (``_``-prefixed) and the
-subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See the README for the quick start.
+subpackages ``metadata``, ``enumerator`` and ``reader`` hold the roles. See docs/getting-started.md to begin.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from multicluster_source.runtime._async import AsyncSourceStream
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._stream import SourceStream
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncSourceStream",

@@ -308,8 +308,8 @@ class MultiClusterKafkaSource:
         end and handled, or until stopped (``control=RunControl()`` then ``control.stop()``, or
         ``stop_event=threading.Event()``); raise the source's failure. ``runtime``: ``"threads"``,
         ``"processes"`` (one worker process per reader) or ``"ray"`` (readers as Ray actors). Checkpoints
-        cover exactly what the handlers returned from. See the README section "Scaling out: runtimes"
-        for the options of each runtime."""
+        cover exactly what the handlers returned from. See the guide "Scale out with processes and Ray"
+        (docs/guides/scale-out.md) for the options of each runtime."""
         from multicluster_source.runtime._push import run_source
 
         return run_source(

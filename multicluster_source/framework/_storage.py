@@ -8,7 +8,7 @@ process may be restarted: a directory on a shared filesystem, or an object store
   fsync, rename, fsync the directory); the last ``keep`` are kept. ``run()`` takes the directory's owner
   lock (:mod:`~multicluster_source.framework._dirlock`) for the whole run.
 * :class:`ObjectStoreCheckpointStorage`: objects ``<prefix>chk-<id>.json`` in any :class:`ObjectStore`
-  (S3, GCS, Azure Blob... through a ten-line adapter, see the README), relying on what every object store
+  (S3, GCS, Azure Blob... through a short adapter, docs/guides/scale-out.md), relying on what every store
   gives: a ``put`` of a whole object is atomic, and listing a prefix shows the objects written before.
 * :class:`InMemoryObjectStore`: an object store in memory, for tests.
 

@@ -78,7 +78,7 @@ def run_source(
     registry: Any = None,
     **options: Any,
 ) -> RunResult:
-    """``SourceFactory.run``: see its docstring and the README section "Scaling out: runtimes"."""
+    """``SourceFactory.run``: see its docstring and docs/guides/scale-out.md."""
     if not callable(handler):
         raise ConfigurationError("run(handler, ...): the handler must be callable(records)")
     if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:

@@ -67,12 +67,25 @@ def _property_problems(path: Path, streams: set[KafkaStream], key: str) -> list[
             if cid in seen:
                 continue
             seen.add(cid)
+            where = f"cluster {cid!r} properties"
+            refused: dict[str, ConfigurationError] = {}
             for key, value in sorted(cluster.properties.items()):
                 try:
-                    validate_client_properties({key: value}, where=f"cluster {cid!r} properties")
+                    validate_client_properties({key: value}, where=where)
                 except ConfigurationError as exc:
-                    line = _line_of(lines, cid, key)
-                    out.append(f"{path}:{line}: {exc}" if line is not None else f"{path}: {exc}")
+                    refused[key] = exc
+            # Some properties are refused alone only for want of their companions: security.protocol=SASL_SSL
+            # alone means librdkafka's default mechanism, GSSAPI, which not every build has. Such a property
+            # is a problem only when it is still refused beside the properties accepted alone.
+            accepted = {k: v for k, v in cluster.properties.items() if k not in refused}
+            for key, alone in refused.items():
+                try:
+                    validate_client_properties({**accepted, key: cluster.properties[key]}, where=where)
+                    continue
+                except ConfigurationError:
+                    pass
+                line = _line_of(lines, cid, key)
+                out.append(f"{path}:{line}: {alone}" if line is not None else f"{path}: {alone}")
     return out
 
 

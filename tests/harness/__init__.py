@@ -4,7 +4,8 @@
 or rack clusters), ``secured`` (Apache Kafka with a SASL_SSL or mutual-TLS listener; certificates from
 ``tls``), ``tansu``, ``external``, ``pool`` (the session's clusters), ``maven`` (fetching Kafka's
 jars), ``processes`` (ports and broker processes); ``scenario`` and ``runtimes`` help the source's tests,
-``fake_consumer`` its unit tests of fetchers and readers.
+``fake_consumer`` its unit tests of fetchers and readers; ``chromium`` runs headless Chromium for the tests
+of pages (the status page, the documentation site).
 """
 
 from .cluster import Cluster, unique_name

@@ -7,7 +7,6 @@ skip. The screenshot is kept in ``test-artifacts/status-page.png`` for people (a
 from __future__ import annotations
 
 import html.parser
-import os
 import subprocess
 import threading
 from pathlib import Path
@@ -15,34 +14,19 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from harness.chromium import MISSING, SKIP_REASON, headless_args
 from harness.scenario import builder, cluster_md, stream, wait_for
 from multicluster_source import SourceStream
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = os.environ.get("MCS_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def _chromium(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / "chromium-profile"
     profile.mkdir(exist_ok=True)
-    args = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile}",
-        "--window-size=1200,900",
-        *extra,
-        url,
-    ]
+    args = [*headless_args(profile, "--window-size=1200,900", *extra), url]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -111,9 +95,7 @@ class _SlowCaller:
         self._thread.join(10)
 
 
-@pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing: apt-get install -y chromium"
-)
+@pytest.mark.skipif(MISSING, reason=SKIP_REASON)
 def test_status_page_shows_clusters_readers_and_lag(kafka_clusters, tmp_path: Path) -> None:
     east, west = kafka_clusters(2)
     te = east.create_topic("page", partitions=2)

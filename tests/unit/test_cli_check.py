@@ -105,3 +105,21 @@ def test_a_valid_file_is_summed_up_and_java_properties_are_checked(tmp_path: Pat
     assert lines[1].startswith(f"{path}:7: cluster 'east' properties: client property 'sasl.jaas.config'")
     assert "'sasl.username'" in lines[1]
     assert lines[2] == f"2 problem(s) in {path}"
+
+
+def test_properties_refused_alone_but_valid_with_their_companions_are_no_problem(tmp_path: Path) -> None:
+    # security.protocol=SASL_SSL alone means the GSSAPI mechanism, which librdkafka builds without libsasl2
+    # refuse; with sasl.mechanism beside it the cluster is fine (the secured-clusters guide's example).
+    path = tmp_path / "streams.yaml"
+    path.write_text(
+        "- streamId: payments\n  clusterMetadataList:\n    - clusterId: east\n      bootstrapServers: k:9093\n"
+        "      topics: [payments]\n      properties:\n        security.protocol: SASL_SSL\n"
+        "        sasl.mechanism: SCRAM-SHA-512\n        sasl.username: payments-reader\n"
+        "        sasl.password: ${env:EAST_KAFKA_PASSWORD}\n"
+    )
+    done = check(str(path))
+    assert done.returncode == 0, done.stdout
+    path.write_text(path.read_text() + "        sasl.mechanism.extra: 1\n")
+    done = check(str(path))
+    assert done.returncode == 1
+    assert "unknown client property 'sasl.mechanism.extra'" in done.stdout
