@@ -23,7 +23,7 @@ from multicluster_source.testing import InMemoryMetadataService
 
 
 class FakeAdmin:
-    """Answers list_topics and list_offsets from a dict topic -> partition count; offsets are 0."""
+    """Answers describe_topics and list_offsets from a dict topic -> partition count; offsets are 0."""
 
     created: list[FakeAdmin] = []
 
@@ -42,12 +42,30 @@ class FakeAdmin:
             }
         )
 
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Future[Any]]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        out: dict[str, Future[Any]] = {}
+        for topic in topics.topic_names:
+            fut: Future[Any] = Future()
+            if topic in self.topics:
+                partitions = [
+                    SimpleNamespace(id=p, leader=SimpleNamespace(id=p % 3)) for p in range(self.topics[topic])
+                ]
+                fut.set_result(SimpleNamespace(partitions=partitions))
+            else:
+                fut.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+            out[topic] = fut
+        return out
+
     def describe_cluster(self, request_timeout: float) -> Future[Any]:
         fut: Future[Any] = Future()
         fut.set_result(SimpleNamespace(nodes=[SimpleNamespace(id=i, rack="abc"[i]) for i in range(3)]))
         return fut
 
-    def list_offsets(self, request: Mapping[Any, Any], request_timeout: float) -> dict[Any, Future[Any]]:
+    def list_offsets(
+        self, request: Mapping[Any, Any], request_timeout: float, isolation_level: Any = None
+    ) -> dict[Any, Future[Any]]:
         out: dict[Any, Future[Any]] = {}
         for tp in request:
             fut: Future[Any] = Future()
