@@ -11,6 +11,9 @@ whose requests wait for their timeouts).
 - ``close()`` of a stream, and the end of ``run()`` on the threads and processes runtimes, leave no
   ``mcs-`` thread and no librdkafka client behind, and nothing is logged by the source after they returned.
 
+And a bounded read next to a transaction left open: ``latest()`` ends at the last stable offset under
+``read_committed``, at the high watermark under ``read_uncommitted``.
+
 Waits are bounded; the only time figures asserted are hang bounds (10 s against the 30 s of a request that
 is never answered) and the attempt cap the issue asks for; the measured figures are printed.
 """
@@ -24,16 +27,18 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from harness.cluster import Cluster
 from harness.runtimes import BackgroundRun, FileSink, sink_rows
 from harness.scenario import builder, cluster_md, drain, stream, wait_for
-from multicluster_source import RunControl
+from multicluster_source import OffsetsInitializer, RunControl
 from multicluster_source.metadata import ClusterMetadata
 
 pytestmark = pytest.mark.integration
@@ -261,3 +266,56 @@ def test_run_with_a_cluster_down_ends_without_leftovers(
         assert not late, f"logged after run() returned: {late[:5]}"
     finally:
         broker.close()
+
+
+def _open_transaction(cluster: Cluster, topic: str, committed: int, pending: int) -> Producer:
+    """``committed`` records in a committed transaction, then ``pending`` in one left open (returned)."""
+    producer = Producer(
+        cluster.client_config(
+            **{"transactional.id": f"tx-{uuid.uuid4().hex[:8]}", "transaction.timeout.ms": "900000"}
+        )
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(committed):
+        producer.produce(topic, value=f"c-{i}".encode(), partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(pending):
+        producer.produce(topic, value=f"open-{i}".encode(), partition=0)
+    producer.flush(30)  # written to the log, its transaction still open
+    return producer
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted", None])
+def test_bounded_latest_ends_at_the_end_the_isolation_level_sees(
+    kafka_cluster: Cluster, isolation: str | None
+) -> None:
+    """``latest()`` under read_committed (librdkafka's default, ``None`` here) is the last stable offset: a
+    transaction left open neither delays nor hangs the end; under read_uncommitted the high watermark."""
+    topic = kafka_cluster.create_topic("open-tx", partitions=1)
+    producer = _open_transaction(kafka_cluster, topic, committed=10, pending=5)
+    try:
+        b = builder([stream("s", cluster_md(kafka_cluster, topic))]).set_bounded(OffsetsInitializer.latest())
+        if isolation is not None:
+            b.set_property("isolation.level", isolation)
+        got: list[bytes | None] = []
+        finished: list[bool] = []
+
+        def read() -> None:
+            with b.build().open() as s:
+                got.extend(record.value for record in s)  # ends at the bound
+                finished.append(s.finished)
+
+        reading = threading.Thread(target=read, name="test-bounded-read", daemon=True)
+        reading.start()
+        reading.join(60)  # a hang bound: the transaction stays open for 15 minutes
+        assert not reading.is_alive(), f"the bounded read did not end (read {len(got)} records)"
+        assert finished == [True]
+        if isolation == "read_uncommitted":
+            # the high watermark: the open transaction's records are read (not its end marker, never written)
+            assert got == [f"c-{i}".encode() for i in range(10)] + [f"open-{i}".encode() for i in range(5)]
+        else:
+            assert got == [f"c-{i}".encode() for i in range(10)], "ended anywhere but the last stable offset"
+    finally:
+        producer.abort_transaction(30)

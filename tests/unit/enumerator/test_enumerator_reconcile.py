@@ -414,3 +414,21 @@ def test_a_cluster_client_error_is_logged_and_shown_until_discovery_works_again(
     )
     enumerator._clusters.enumerators()["east"].discover_now()  # a round that works clears it
     assert enumerator.status()["clusters"]["east"]["error"] is None
+
+
+@pytest.mark.parametrize(
+    ("props", "read_committed"),
+    [
+        ({}, True),
+        ({"isolation.level": "read_committed"}, True),
+        ({"isolation.level": "read_uncommitted"}, False),
+    ],
+)
+def test_the_readers_isolation_level_decides_which_end_latest_means(
+    props: dict[str, str], read_committed: bool
+) -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders", **props)})])
+    enumerator, _ctx, _ = make(service)
+    config = enumerator._clusters.config(cluster("east", "orders", **props))
+    assert config.read_committed is read_committed
+    assert "isolation.level" not in config.client_properties  # a consumer property: not the admin client's
