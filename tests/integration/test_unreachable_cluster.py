@@ -31,6 +31,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -233,10 +234,32 @@ def test_close_with_a_cluster_down_joins_every_thread_and_client(
     assert not late, f"logged after close() returned: {late[:5]}"
 
 
-@pytest.mark.parametrize("runtime", ["threads", "processes"])
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _runtime_options(runtime: str) -> dict[str, Any]:
+    if runtime != "ray":
+        return {}
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'multicluster-kafka-source[ray]')")
+    pythonpath = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    return {  # a local Ray started (and shut down) by run() itself
+        "ray_init": {
+            "num_cpus": 2,
+            "include_dashboard": False,
+            "logging_level": logging.WARNING,
+            "log_to_driver": False,
+            "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}},
+        },
+        "actor_options": {"num_cpus": 0.5},
+    }
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("runtime", ["threads", "processes", "ray"])
 def test_run_with_a_cluster_down_ends_without_leftovers(
     kafka_cluster: Cluster, runtime: str, tmp_path: Path, recorder: Recorder
 ) -> None:
+    options = _runtime_options(runtime)
     broker = DownBroker("silent")
     try:
         topic = kafka_cluster.create_topic("run-down", partitions=2)
@@ -246,7 +269,7 @@ def test_run_with_a_cluster_down_ends_without_leftovers(
         source = builder(md).build()
         out = tmp_path / "out"
         control = RunControl()
-        run = BackgroundRun(source, FileSink(out), 2, runtime=runtime, control=control)
+        run = BackgroundRun(source, FileSink(out), 2, runtime=runtime, control=control, **options)
         try:
             assert wait_for(lambda: len(sink_rows(out)) >= 20 or not run.alive, 90), "not read"
             time.sleep(1.0)
