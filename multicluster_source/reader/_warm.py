@@ -36,12 +36,14 @@ def learn_topics(
     topics: Iterable[str],
     known: dict[str, frozenset[int]],
     timeout: float = METADATA_TIMEOUT_S,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Ask ``consumer`` for the metadata of ``topics``; put the partitions of each that exists in ``known``
     and return its metadata (``confluent_kafka.admin.TopicMetadata``) by name.
 
     One request per topic, or one for the whole cluster when more than a few are asked for at once. A failed
     request is logged (debug) and skipped: the client learns the topic at its next metadata refresh anyway.
+    Once ``stop`` is set no further request is made (a fetcher closing while its cluster is down).
 
     A fetcher asks this for every topic of the splits it is handed whose partition it has not seen in a
     metadata answer yet (a new topic, partitions added to a topic, a topic added again), before assigning
@@ -52,6 +54,8 @@ def learn_topics(
     wanted = sorted(set(topics))
     requests: list[str | None] = [None] if len(wanted) > _TOPICS_ONE_BY_ONE else list(wanted)
     for topic in requests:
+        if stop is not None and stop.is_set():
+            break
         try:
             if topic is None:
                 answer = consumer.list_topics(timeout=timeout)
