@@ -127,8 +127,8 @@ class Coordinator:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
         self._io.shutdown(wait=False, cancel_futures=True)
-        deadline = time.monotonic() + io_timeout
-        for thread in list(getattr(self._io, "_threads", ())):  # shutdown() itself has no timeout
+        deadline, me = time.monotonic() + io_timeout, threading.current_thread()
+        for thread in [t for t in getattr(self._io, "_threads", ()) if t is not me]:  # shutdown(): no timeout
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 _log.warning("source=%s: I/O thread %s busy after close", self.source_name, thread.name)
