@@ -203,6 +203,7 @@ def test_each_client_of_a_cluster_that_is_down_backs_off(
     down_lines = [
         r for _, r in recorder.records if "cluster=down" in r.getMessage() or r.name.endswith(".client.down")
     ]
+    print(f"{len(down_lines)} log lines about the down cluster in {OBSERVE_S:g} s")
     assert down_lines, "the outage must be visible in the log"
     assert len(down_lines) <= 30, [r.getMessage() for r in down_lines]
 
