@@ -88,13 +88,14 @@ class ClusterEnumerators:
 
     def config(self, cluster: ClusterMetadata) -> ClusterEnumeratorConfig:
         """The per-cluster enumerator configuration of ``cluster`` (a bad placeholder raises)."""
-        props = admin_properties(
-            cluster_client_config(
-                cluster,
-                self._s.client_properties,
-                client_id=f"{self._s.client_id_prefix}-{cluster.cluster_id}-enumerator",
-            )
+        full = cluster_client_config(
+            cluster,
+            self._s.client_properties,
+            client_id=f"{self._s.client_id_prefix}-{cluster.cluster_id}-enumerator",
         )
+        props = admin_properties(full)
+        # the readers' isolation level decides which end ``latest`` means (last stable offset or high mark)
+        isolation = str(full.get("isolation.level", "read_committed")).strip().lower()
         return ClusterEnumeratorConfig(
             cluster=cluster,
             client_properties=props,
@@ -103,6 +104,7 @@ class ClusterEnumerators:
             stopping=self._s.stopping,
             discovery_interval_s=None if self._s.bounded else self._s.partition_discovery_interval_s,
             leader_racks=self._leader_racks,
+            read_committed=isolation != "read_uncommitted",
             request_timeout_s=min(30.0, float(props.get("socket.timeout.ms", "60000")) / 1000.0),
         )
 

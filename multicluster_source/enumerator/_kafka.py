@@ -1,17 +1,25 @@
 """The per-cluster enumerator: partition discovery, offset resolution and offset commits for one cluster.
 
-Runs on the coordinator thread; its network calls run on I/O threads through its context proxy.
+Runs on the coordinator thread; its network calls run on I/O threads through its context proxy. Those calls
+only start requests and wait for their futures a slice at a time (:func:`await_result`), so :meth:`close`
+ends a round that waits for a cluster that is down within a fraction of a second: the I/O thread lets go of
+the admin client, and the runtime joins it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from multicluster_source.enumerator._offsets import OffsetsInitializer, resolve_offsets
+from multicluster_source.enumerator._offsets import (
+    OffsetsInitializer,
+    await_result,
+    resolve_offsets,
+)
 from multicluster_source.enumerator._proxy import StoppableContextProxy
 from multicluster_source.framework._interfaces import Cancellable
 from multicluster_source.framework._split import KafkaPartitionSplit
@@ -19,6 +27,8 @@ from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import ClientErrorReporter, client_logging
 
 _log = logging.getLogger("multicluster_source.enumerator")
+
+_UNKNOWN_TOPIC = -188  # KafkaError._UNKNOWN_TOPIC: librdkafka's own "unknown topic" (a missing topic)
 
 AdminFactory = Callable[[Mapping[str, Any]], Any]
 
@@ -45,6 +55,9 @@ class ClusterEnumeratorConfig:
     retry_backoff_s: float = 1.0
     leader_racks: bool = False
     """Learn the rack of every partition's leader (for rack-aware assignment) on each discovery round."""
+    read_committed: bool = True
+    """The readers' ``isolation.level`` is ``read_committed`` (librdkafka's default): ``latest`` offsets are
+    the last stable offsets, not the high watermarks."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class KafkaClusterEnumerator:
         self._generation = 0
         self._next: Cancellable | None = None
         self._snapshot = (self._topics, frozenset(self._known), frozenset(self._seen))
+        self._closing = threading.Event()
+        """Set by :meth:`close`: a discovery round on an I/O thread stops waiting, lets go of the client."""
 
     @property
     def cluster_id(self) -> str:
@@ -161,28 +176,55 @@ class KafkaClusterEnumerator:
     def _discover(self) -> _Discovered:
         """One discovery round. Runs on an I/O thread: it reads only the immutable snapshot."""
         topics, known, seen = self._snapshot
-        config = self.config
         admin = self._admin
         serve = getattr(admin, "poll", None)  # an admin client serves error_cb and logger only in poll()
         try:
-            md = admin.list_topics(timeout=config.request_timeout_s)
+            return self._discover_with(admin, topics, known, seen)
         finally:
             if callable(serve):
                 serve(0)
+
+    def _topic_partitions(
+        self, admin: Any, topics: frozenset[str]
+    ) -> tuple[list[tuple[str, int]], list[str], dict[tuple[str, int], int]]:
+        """(partitions found, topics missing, leader node id of each partition) of ``topics``: one
+        DescribeTopics request (only these topics), its answers awaited a slice at a time."""
+        from confluent_kafka import KafkaException, TopicCollection
+
         found: list[tuple[str, int]] = []
         missing: list[str] = []
         leaders: dict[tuple[str, int], int] = {}
+        if not topics:
+            return found, missing, leaders
+        timeout = self.config.request_timeout_s
+        futures = admin.describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout)
         for topic in sorted(topics):
-            tmd = md.topics.get(topic)
-            if tmd is None or tmd.error is not None:
-                missing.append(topic)
+            try:
+                description = await_result(futures[topic], timeout + 5, self._closing)
+            except KafkaException as exc:
+                error: Any = exc.args[0] if exc.args else None
+                code = int(error.code()) if hasattr(error, "code") else -1
+                if code < 0 and code != _UNKNOWN_TOPIC:
+                    raise  # local: the cluster did not answer (down, timed out, ...)
+                missing.append(topic)  # absent (or not authorized): keep looking
                 continue
-            found.extend((topic, p) for p in sorted(tmd.partitions))
-            leaders.update({(topic, p): pmd.leader for p, pmd in tmd.partitions.items()})
+            for info in sorted(description.partitions, key=lambda i: i.id):
+                found.append((topic, int(info.id)))
+                leader = getattr(info, "leader", None)
+                leaders[(topic, int(info.id))] = -1 if leader is None else int(leader.id)
+        return found, missing, leaders
+
+    def _discover_with(
+        self, admin: Any, topics: frozenset[str], known: frozenset[tuple[str, int]], seen: frozenset[str]
+    ) -> _Discovered:
+        config = self.config
+        found, missing, leaders = self._topic_partitions(admin, topics)
         leader_racks: dict[tuple[str, int], str | None] = {}
         if config.leader_racks and leaders:
-            nodes = admin.describe_cluster(request_timeout=config.request_timeout_s).result(
-                timeout=config.request_timeout_s + 5
+            nodes = await_result(
+                admin.describe_cluster(request_timeout=config.request_timeout_s),
+                config.request_timeout_s + 5,
+                self._closing,
             )
             rack_of = {node.id: (node.rack or None) for node in nodes.nodes}
             leader_racks = {tp: rack_of.get(leader) for tp, leader in leaders.items()}
@@ -201,6 +243,8 @@ class KafkaClusterEnumerator:
                 group_id=config.group_id,
                 partitions=partitions,
                 timeout=config.request_timeout_s,
+                read_committed=config.read_committed,
+                stop=self._closing,
             )
 
         starts = resolve(config.starting, first_sight)
@@ -288,6 +332,9 @@ class KafkaClusterEnumerator:
         return done
 
     def close(self) -> None:
-        """Stop scheduled work and drop the admin client (confluent-kafka admin clients have no close)."""
+        """Stop scheduled work, end a discovery round that still waits (it lets go of the admin client within
+        a fraction of a second; the runtime joins its I/O thread) and drop the admin client (confluent-kafka
+        admin clients have no close: the last reference destroys it)."""
+        self._closing.set()
         self._context.stop()
         self._admin = None

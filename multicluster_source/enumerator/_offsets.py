@@ -3,12 +3,22 @@
 Initializers are resolved to concrete offsets by the enumerator, with an admin client, before splits are
 created. A split therefore always carries a real offset, and a checkpoint taken before any record of it was
 read restores to the same place (a ``latest`` resolved again after a crash would skip records).
+
+``latest`` is the end of a partition as the readers' ``isolation.level`` sees it (Kafka's ListOffsets with
+that isolation level): under ``read_committed`` (librdkafka's default) the last stable offset, the first
+offset of the oldest transaction still open (the high watermark when none is open); under
+``read_uncommitted`` the high watermark. So a bounded read under ``read_committed`` ends where a
+``read_committed`` consumer can read to now, and neither waits for an open transaction nor hangs when its
+producer died; records of that transaction are past the end.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -54,7 +64,9 @@ class OffsetsInitializer:
 
     @staticmethod
     def latest() -> OffsetsInitializer:
-        """The end of each partition when the split is created (only records produced after that)."""
+        """The end of each partition when the split is created (only records produced after that): the last
+        stable offset under ``isolation.level=read_committed`` (librdkafka's default: an open transaction's
+        first offset, else the high watermark), the high watermark under ``read_uncommitted``."""
         return OffsetsInitializer("latest")
 
     @staticmethod
@@ -109,23 +121,53 @@ class OffsetResolutionError(MultiClusterSourceError):
     """Offsets could not be resolved for a cluster (unreachable, or no committed offset with reset=none)."""
 
 
+class ResolutionStopped(MultiClusterSourceError):
+    """The enumerator was closed while a request waited for its answer."""
+
+
+_SLICE_S = 0.1
+
+
+def await_result(future: Future[Any], timeout: float, stop: threading.Event | None) -> Any:
+    """``future.result(timeout)``, checking ``stop`` every 0.1 s: raises :class:`ResolutionStopped` once it
+    is set (the request is abandoned; the client may be destroyed). Raises TimeoutError after ``timeout``."""
+    if stop is None:
+        return future.result(timeout=timeout)
+    remaining = timeout
+    while True:
+        if stop.is_set():
+            raise ResolutionStopped("closed while waiting for the cluster")
+        try:
+            return future.result(timeout=min(_SLICE_S, max(0.0, remaining)))
+        except FutureTimeout:
+            remaining -= _SLICE_S
+            if remaining <= 0:
+                raise
+
+
 def _list_offsets(
-    admin: Any, specs: dict[tuple[str, int], Any], timeout: float
+    admin: Any,
+    specs: dict[tuple[str, int], Any],
+    timeout: float,
+    *,
+    read_committed: bool = True,
+    stop: threading.Event | None = None,
 ) -> dict[tuple[str, int], int]:
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import IsolationLevel, TopicPartition
 
     if not specs:
         return {}
     request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
-    futures = admin.list_offsets(request, request_timeout=timeout)
+    isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
     out: dict[tuple[str, int], int] = {}
     for tp, fut in futures.items():
-        out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout + 5).offset)
+        out[(tp.topic, tp.partition)] = int(await_result(fut, timeout + 5, stop).offset)
     return out
 
 
 def _committed(
-    admin: Any, group_id: str, tps: list[tuple[str, int]], timeout: float
+    admin: Any, group_id: str, tps: list[tuple[str, int]], timeout: float, stop: threading.Event | None
 ) -> dict[tuple[str, int], int]:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
@@ -133,7 +175,7 @@ def _committed(
     futures = admin.list_consumer_group_offsets(request, request_timeout=timeout)
     out: dict[tuple[str, int], int] = {}
     for fut in futures.values():
-        result = fut.result(timeout=timeout + 5)
+        result = await_result(fut, timeout + 5, stop)
         for tp in result.topic_partitions:
             out[(tp.topic, tp.partition)] = int(tp.offset)
     return out
@@ -147,30 +189,37 @@ def resolve_offsets(
     group_id: str | None,
     partitions: list[tuple[str, int]],
     timeout: float = 30.0,
+    read_committed: bool = True,
+    stop: threading.Event | None = None,
 ) -> dict[tuple[str, int], int]:
-    """Concrete offsets for ``partitions`` of one cluster. Blocking: call it off the coordinator thread."""
+    """Concrete offsets for ``partitions`` of one cluster. Blocking: call it off the coordinator thread.
+
+    ``read_committed``: the readers' isolation level (``latest`` is the last stable offset, else the high
+    watermark); ``stop``: when set, a wait for the cluster ends with :class:`ResolutionStopped`."""
     from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
     if not partitions:
         return {}
+
+    def list_offsets(specs: dict[tuple[str, int], Any]) -> dict[tuple[str, int], int]:
+        return _list_offsets(admin, specs, timeout, read_committed=read_committed, stop=stop)
+
     kind = initializer.kind
     if kind == "earliest":
-        return _list_offsets(admin, {tp: OffsetSpec.earliest() for tp in partitions}, timeout)
+        return list_offsets({tp: OffsetSpec.earliest() for tp in partitions})
     if kind == "latest":
-        return _list_offsets(admin, {tp: OffsetSpec.latest() for tp in partitions}, timeout)
+        return list_offsets({tp: OffsetSpec.latest() for tp in partitions})
     if kind == "timestamp":
         assert initializer.timestamp_ms is not None
-        found = _list_offsets(
-            admin, {tp: OffsetSpec.for_timestamp(initializer.timestamp_ms) for tp in partitions}, timeout
-        )
+        found = list_offsets({tp: OffsetSpec.for_timestamp(initializer.timestamp_ms) for tp in partitions})
         missing = [tp for tp, off in found.items() if off < 0]
-        found.update(_list_offsets(admin, {tp: OffsetSpec.latest() for tp in missing}, timeout))
+        found.update(list_offsets({tp: OffsetSpec.latest() for tp in missing}))
         return found
     out: dict[tuple[str, int], int] = {}
     if kind == "committed":
         if not group_id:
             raise OffsetResolutionError("committed offsets need a group id (set_group_id)")
-        for tp, off in _committed(admin, group_id, partitions, timeout).items():
+        for tp, off in _committed(admin, group_id, partitions, timeout, stop).items():
             if off >= 0:
                 out[tp] = off
     else:  # explicit offsets
@@ -192,5 +241,5 @@ def resolve_offsets(
             kind,
             initializer.reset,
         )
-        out.update(_list_offsets(admin, dict.fromkeys(rest, spec), timeout))
+        out.update(list_offsets(dict.fromkeys(rest, spec)))
     return out

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from multicluster_source.framework._javaprops import translate_java_properties
+from multicluster_source.metadata._connection import CONNECTION_DEFAULTS, with_connection_defaults
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._placeholders import resolve_properties
 
-DEFAULT_RECONNECT_BACKOFF_MS = "10"
+DEFAULT_RECONNECT_BACKOFF_MS = CONNECTION_DEFAULTS["reconnect.backoff.ms"]
 """The source's default for librdkafka's ``reconnect.backoff.ms`` in every client of a cluster."""
 
 
@@ -31,10 +32,11 @@ def cluster_client_config(
     conf["bootstrap.servers"] = cluster.bootstrap_servers
     conf.setdefault("client.id", client_id)
     # librdkafka drops its bootstrap connection once it knows the brokers, and the first request of a new
-    # client then waits out reconnect.backoff.ms (default 100) before it goes to a broker: 57 ms for a first
-    # metadata request on loopback, 17 ms with 10 (an added cluster's admin client and consumers each pay it).
-    # The backoff still doubles on every failed attempt up to reconnect.backoff.max.ms.
-    conf.setdefault("reconnect.backoff.ms", DEFAULT_RECONNECT_BACKOFF_MS)
+    # client then waits out half of reconnect.backoff.ms (default 100) before it goes to a broker: 57 ms for
+    # a first metadata request on loopback, 17 ms with 10 (an added cluster's admin client and consumers each
+    # pay it). metadata.recovery.strategy=none keeps the broker handles of a cluster that is down, so their
+    # backoff grows up to reconnect.backoff.max.ms instead of starting over (see metadata._connection).
+    conf = with_connection_defaults(conf)
     if extra:
         conf.update(extra)
     return conf

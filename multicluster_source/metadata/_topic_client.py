@@ -23,6 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from multicluster_source.exceptions import ConfigurationError, MetadataError
+from multicluster_source.metadata._connection import ThrottledClientLog, with_connection_defaults
 from multicluster_source.metadata._placeholders import redact_properties, resolve_properties
 from multicluster_source.metadata._validate import topic_name_problem
 
@@ -73,12 +74,17 @@ def check_arguments(bootstrap_servers: str, topic: str) -> None:
 def client_config(
     bootstrap_servers: str, client_properties: Mapping[str, str] | None, *, source: str
 ) -> dict[str, Any]:
-    """Resolved client configuration (contains secrets: never log it)."""
+    """Resolved client configuration (contains secrets: never log it), with the source's connection defaults
+    and a throttled ``logger``."""
     props = dict(client_properties or {})
     if props:
         _log.debug("%s: client properties %s", source, redact_properties(props))
     conf: dict[str, Any] = dict(resolve_properties(props, source=f"{source} client properties"))
     conf["bootstrap.servers"] = bootstrap_servers
+    # how a cluster that is down is retried, and librdkafka's lines in Python logging, one per distinct line
+    # and interval (see metadata._connection)
+    conf = with_connection_defaults(conf)
+    conf.setdefault("logger", ThrottledClientLog(logging.getLogger("multicluster_source.client.metadata")))
     return conf
 
 

@@ -101,7 +101,7 @@ class TopicReader:
 
     def _end_offset(self, consumer: Consumer, partition: TopicPartition) -> int | None:
         try:
-            _low, high = consumer.get_watermark_offsets(partition, timeout=2.0, cached=False)
+            _low, high = consumer.get_watermark_offsets(partition, timeout=1.0, cached=False)
         except KafkaException as exc:
             self._note_error(f"cannot read the end offset: {error_text(exc)}")
             return None

@@ -209,7 +209,8 @@ class KafkaTopicMetadataWriter:
             if self._closed:
                 return
             self._closed = True
-        remaining = self._producer.flush(0.0 if self._fatal is not None else self._timeout)
+        # every commit already waited for its records: at most 2 s more, so close returns with a cluster down
+        remaining = self._producer.flush(0.0 if self._fatal is not None else min(self._timeout, 2.0))
         if remaining and self._fatal is None:
             _log.warning("%s: %d records were not delivered before close", self._source, remaining)
         try:

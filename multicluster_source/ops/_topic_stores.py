@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from multicluster_source.exceptions import MultiClusterSourceError
+from multicluster_source.metadata._connection import ThrottledClientLog, with_connection_defaults
 from multicluster_source.metadata._placeholders import resolve_properties
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "TopicStatusStore",
 ]
 
+_CLOSE_FLUSH_S = 2.0
 _log = logging.getLogger("multicluster_source.tracking")
 
 
@@ -220,6 +222,7 @@ class KafkaTopicStatusStore:
         self._replication_factor = replication_factor
         self._timeout_s = timeout_s
         self._client_id = client_id
+        self._client_log = ThrottledClientLog(logging.getLogger(f"multicluster_source.client.{client_id}"))
         self._lock = threading.Lock()
         self._producer: Any = None
 
@@ -227,10 +230,13 @@ class KafkaTopicStatusStore:
         """``kafka topic <topic> on <servers>``."""
         return f"kafka topic {self.topic} on {self.bootstrap_servers}"
 
-    def _conf(self) -> dict[str, str]:
-        conf = resolve_properties(self._props, source="topic tracking store properties")
+    def _conf(self) -> dict[str, Any]:
+        conf: dict[str, Any] = dict(resolve_properties(self._props, source="topic tracking store properties"))
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf.setdefault("client.id", self._client_id)
+        # a cluster that is down is retried with a growing backoff; librdkafka's lines in Python logging
+        conf = with_connection_defaults(conf)
+        conf["logger"] = self._client_log
         return conf
 
     def load(self) -> dict[str, Any]:
@@ -251,7 +257,7 @@ class KafkaTopicStatusStore:
             self._producer = Producer(producer_conf)
             return live
 
-    def _ensure_topic(self, conf: dict[str, str]) -> int:
+    def _ensure_topic(self, conf: dict[str, Any]) -> int:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -289,7 +295,7 @@ class KafkaTopicStatusStore:
                 )
             time.sleep(0.1)
 
-    def _read_all(self, conf: dict[str, str], partitions: int) -> dict[str, Any]:
+    def _read_all(self, conf: dict[str, Any], partitions: int) -> dict[str, Any]:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         consumer_conf: dict[str, Any] = {
@@ -370,14 +376,15 @@ class KafkaTopicStatusStore:
                 raise MultiClusterSourceError(f"topic status topic {self.topic}: append failed: {reason}")
 
     def close(self) -> None:
-        """Flush and close the producer."""
+        """Flush (at most 2 s: every append already waited for its acknowledgement) and close the producer,
+        so closing returns soon even when the cluster is down."""
         with self._lock:
             self._close_locked()
 
     def _close_locked(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
-            left = producer.flush(self._timeout_s)
+            left = producer.flush(min(self._timeout_s, _CLOSE_FLUSH_S))
             if left:
                 _log.warning("topic status topic %s: %d records not acknowledged at close", self.topic, left)
             producer.close()

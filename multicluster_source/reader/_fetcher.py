@@ -295,7 +295,7 @@ class ClusterFetcher:
                     known = self._known_partitions  # see learn_topics: metadata before the assignment
                     learn = {s.topic for s in live if s.partition not in known.get(s.topic, ())}
                     if learn:
-                        learn_topics(self.cluster_id, consumer, learn, known)
+                        learn_topics(self.cluster_id, consumer, learn, known, stop=self._stopping)
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]
                     )

@@ -9,13 +9,16 @@ assigned before its topic's metadata is known only after its next metadata refre
 Threads: the owning reader's thread creates and closes a :class:`WarmConsumer`; a thread of its own
 (``mcs-warm-...``) connects it; the fetcher that takes it over calls :meth:`WarmConsumer.take` on its fetch
 thread, which waits for connecting to end. Whoever closes it last closes the client, never while the
-connecting thread still uses it.
+connecting thread still uses it. The connecting thread makes short calls (at most 0.5 s each) and checks
+between them whether it was closed, so :meth:`WarmConsumer.close` joins it within about half a second even
+when the cluster is down.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,17 +26,24 @@ _log = logging.getLogger("multicluster_source.reader")
 
 METADATA_TIMEOUT_S = 2.0
 _CONNECT_TIMEOUT_S = 10.0
+_STEP_S = 0.5  # the connecting thread's longest call: how long closing may wait for it
 _TOPICS_ONE_BY_ONE = 4  # more topics at once: one metadata request for the whole cluster
 
 
 def learn_topics(
-    cluster_id: str, consumer: Any, topics: Iterable[str], known: dict[str, frozenset[int]]
+    cluster_id: str,
+    consumer: Any,
+    topics: Iterable[str],
+    known: dict[str, frozenset[int]],
+    timeout: float = METADATA_TIMEOUT_S,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Ask ``consumer`` for the metadata of ``topics``; put the partitions of each that exists in ``known``
     and return its metadata (``confluent_kafka.admin.TopicMetadata``) by name.
 
     One request per topic, or one for the whole cluster when more than a few are asked for at once. A failed
     request is logged (debug) and skipped: the client learns the topic at its next metadata refresh anyway.
+    Once ``stop`` is set no further request is made (a fetcher closing while its cluster is down).
 
     A fetcher asks this for every topic of the splits it is handed whose partition it has not seen in a
     metadata answer yet (a new topic, partitions added to a topic, a topic added again), before assigning
@@ -44,11 +54,13 @@ def learn_topics(
     wanted = sorted(set(topics))
     requests: list[str | None] = [None] if len(wanted) > _TOPICS_ONE_BY_ONE else list(wanted)
     for topic in requests:
+        if stop is not None and stop.is_set():
+            break
         try:
             if topic is None:
-                answer = consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+                answer = consumer.list_topics(timeout=timeout)
             else:
-                answer = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+                answer = consumer.list_topics(topic, timeout=timeout)
         except Exception as exc:
             _log.debug("cluster=%s: metadata of %s not fetched: %s", cluster_id, topic or wanted, exc)
             continue
@@ -89,16 +101,27 @@ class WarmConsumer:
 
     def _connect(self) -> None:
         try:
-            found = learn_topics(self.cluster_id, self._consumer, self._topics, self.known_partitions)
-            from confluent_kafka import TopicPartition
-
-            for topic, partition in leader_partitions(found):
-                if self._closed:
-                    return
-                # a ListOffsets request goes to the partition's leader: its connection is open afterwards
-                self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=_CONNECT_TIMEOUT_S, cached=False
+            deadline = time.monotonic() + METADATA_TIMEOUT_S
+            found: dict[str, Any] = {}
+            while not self._closed and time.monotonic() < deadline:
+                found = learn_topics(
+                    self.cluster_id, self._consumer, self._topics, self.known_partitions, timeout=_STEP_S
                 )
+                if found or not self._topics:
+                    break
+            from confluent_kafka import KafkaException, TopicPartition
+
+            deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+            for topic, partition in leader_partitions(found):
+                # a ListOffsets request goes to the partition's leader: its connection is open afterwards
+                while not self._closed and time.monotonic() < deadline:
+                    try:
+                        self._consumer.get_watermark_offsets(
+                            TopicPartition(topic, partition), timeout=_STEP_S, cached=False
+                        )
+                        break
+                    except KafkaException:
+                        continue  # not answered within the step: try again unless closed
         except Exception as exc:  # a client that cannot connect yet still reads later
             _log.debug("cluster=%s: consumer could not connect ahead: %s", self.cluster_id, exc)
         finally:
@@ -116,7 +139,7 @@ class WarmConsumer:
         return self._consumer
 
     def close(self) -> None:
-        """Close the consumer (now, or when connecting ends); not after :meth:`take`."""
+        """Close the consumer and join the connecting thread (within about 0.5 s); not after :meth:`take`."""
         with self._lock:
             if self._closed or self._taken:
                 return
@@ -124,6 +147,11 @@ class WarmConsumer:
             connected = self._done
         if connected:
             self._close_client()
+            return
+        if self._thread is not threading.current_thread():
+            self._thread.join(_STEP_S * 4)  # it sees the flag after its current call and closes the client
+            if self._thread.is_alive():
+                _log.warning("cluster=%s: consumer still connecting after close", self.cluster_id)
 
     def _close_client(self) -> None:
         try:

@@ -119,13 +119,21 @@ class Coordinator:
         self._mailbox.put(run)
         return future.result(timeout=timeout)
 
-    def stop(self) -> None:
-        """Stop the thread and the I/O pool (after the enumerator was closed)."""
+    def stop(self, io_timeout: float = 5.0) -> None:
+        """Stop and join the thread and the I/O pool (a closed enumerator's I/O calls end within 0.1 s), then
+        drop the mailbox's leftovers: their tracebacks hold admin clients (the last reference ends one)."""
         self._stopped.set()
         self._mailbox.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
         self._io.shutdown(wait=False, cancel_futures=True)
+        deadline, me = time.monotonic() + io_timeout, threading.current_thread()
+        for thread in [t for t in getattr(self._io, "_threads", ()) if t is not me]:  # shutdown(): no timeout
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                _log.warning("source=%s: I/O thread %s busy after close", self.source_name, thread.name)
+        while not self._mailbox.empty():
+            self._mailbox.get_nowait()
 
     # ---------------------------------------------------------------------------- SplitEnumeratorContext
 

@@ -103,6 +103,11 @@ def test_consumer_defaults_for_quick_first_records_unless_a_property_says_otherw
     assert conf({}, {})["fetch.wait.max.ms"] == "100"
     assert conf({}, {})["reconnect.backoff.ms"] == "10"
     assert conf({}, {"reconnect.backoff.ms": "100"})["reconnect.backoff.ms"] == "100"
+    # the broker handles of a cluster that is down are kept, so their backoff grows (issue 25)
+    assert conf({}, {})["metadata.recovery.strategy"] == "none"
+    assert (
+        conf({"metadata.recovery.strategy": "rebootstrap"}, {})["metadata.recovery.strategy"] == "rebootstrap"
+    )
     assert conf({"fetch.wait.max.ms": "500"}, {})["fetch.wait.max.ms"] == "500"
     assert conf({"fetch.wait.max.ms": "500"}, {"fetch.wait.max.ms": "20"})["fetch.wait.max.ms"] == "20"
 

@@ -41,6 +41,34 @@ def test_learn_topics_skips_a_failed_request() -> None:
     assert known == {}
 
 
+def test_learn_topics_asks_nothing_more_once_stopped() -> None:
+    stop = threading.Event()
+    stop.set()
+    consumer = FakeConsumer({"a": 2})
+    assert learn_topics("east", consumer, ["a", "b"], {}, stop=stop) == {}
+    assert consumer.calls == []
+
+
+def test_close_joins_the_connecting_thread_of_a_cluster_that_is_down() -> None:
+    """Every request of a client whose cluster is down waits out its timeout: the connecting thread makes
+    short ones and sees the close between them, so close() joins it and the client is closed once."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    class Down(FakeConsumer):
+        def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+            self.calls.append(("metadata", topic))
+            time.sleep(min(timeout, 0.5))
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    consumer = Down({"a": 2})
+    warm = WarmConsumer("down", consumer, ["a"], "mcs-warm-test")
+    time.sleep(0.2)
+    warm.close()
+    assert not warm._thread.is_alive()
+    assert consumer.count("close") == 1
+    assert all(call == "metadata" for call, _ in consumer.calls[:-1])
+
+
 def test_one_partition_per_leader() -> None:
     found = FakeConsumer({"a": 4, "b": 4}, brokers=3).list_topics().topics
     assert leader_partitions(found) == [("a", 0), ("a", 1), ("a", 2)]

@@ -23,7 +23,7 @@ from multicluster_source.testing import InMemoryMetadataService
 
 
 class FakeAdmin:
-    """Answers list_topics and list_offsets from a dict topic -> partition count; offsets are 0."""
+    """Answers describe_topics and list_offsets from a dict topic -> partition count; offsets are 0."""
 
     created: list[FakeAdmin] = []
 
@@ -42,12 +42,30 @@ class FakeAdmin:
             }
         )
 
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Future[Any]]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        out: dict[str, Future[Any]] = {}
+        for topic in topics.topic_names:
+            fut: Future[Any] = Future()
+            if topic in self.topics:
+                partitions = [
+                    SimpleNamespace(id=p, leader=SimpleNamespace(id=p % 3)) for p in range(self.topics[topic])
+                ]
+                fut.set_result(SimpleNamespace(partitions=partitions))
+            else:
+                fut.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+            out[topic] = fut
+        return out
+
     def describe_cluster(self, request_timeout: float) -> Future[Any]:
         fut: Future[Any] = Future()
         fut.set_result(SimpleNamespace(nodes=[SimpleNamespace(id=i, rack="abc"[i]) for i in range(3)]))
         return fut
 
-    def list_offsets(self, request: Mapping[Any, Any], request_timeout: float) -> dict[Any, Future[Any]]:
+    def list_offsets(
+        self, request: Mapping[Any, Any], request_timeout: float, isolation_level: Any = None
+    ) -> dict[Any, Future[Any]]:
         out: dict[Any, Future[Any]] = {}
         for tp in request:
             fut: Future[Any] = Future()
@@ -396,3 +414,21 @@ def test_a_cluster_client_error_is_logged_and_shown_until_discovery_works_again(
     )
     enumerator._clusters.enumerators()["east"].discover_now()  # a round that works clears it
     assert enumerator.status()["clusters"]["east"]["error"] is None
+
+
+@pytest.mark.parametrize(
+    ("props", "read_committed"),
+    [
+        ({}, True),
+        ({"isolation.level": "read_committed"}, True),
+        ({"isolation.level": "read_uncommitted"}, False),
+    ],
+)
+def test_the_readers_isolation_level_decides_which_end_latest_means(
+    props: dict[str, str], read_committed: bool
+) -> None:
+    service = InMemoryMetadataService([KafkaStream("s", {"east": cluster("east", "orders", **props)})])
+    enumerator, _ctx, _ = make(service)
+    config = enumerator._clusters.config(cluster("east", "orders", **props))
+    assert config.read_committed is read_committed
+    assert "isolation.level" not in config.client_properties  # a consumer property: not the admin client's
