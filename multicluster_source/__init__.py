@@ -28,6 +28,15 @@ from multicluster_source.framework._storage import (
     ObjectStoreCheckpointStorage,
 )
 from multicluster_source.framework._watermarks import WatermarkStrategy
+from multicluster_source.hybrid import (
+    AsyncHybridStream,
+    HybridSource,
+    HybridSourceBuilder,
+    HybridStage,
+    HybridStream,
+    StageHandover,
+    StageReader,
+)
 from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
@@ -55,6 +64,7 @@ from multicluster_source.runtime._stream import SourceStream
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncHybridStream",
     "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
@@ -65,6 +75,10 @@ __all__ = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "HybridSource",
+    "HybridSourceBuilder",
+    "HybridStage",
+    "HybridStream",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
@@ -91,6 +105,8 @@ __all__ = [
     "SourceFailedError",
     "SourceRecord",
     "SourceStream",
+    "StageHandover",
+    "StageReader",
     "StaticMetadataService",
     "StreamClosedError",
     "StreamPatternSubscriber",

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from multicluster_source.enumerator._offsets import OffsetsInitializer, resolve_offsets
+from multicluster_source.enumerator._offsets import HandoverGapError, OffsetsInitializer, resolve_offsets
 from multicluster_source.enumerator._proxy import StoppableContextProxy
 from multicluster_source.framework._interfaces import Cancellable
 from multicluster_source.framework._split import KafkaPartitionSplit
@@ -214,6 +214,10 @@ class KafkaClusterEnumerator:
     ) -> None:
         cid = self.cluster_id
         chain = generation == self._generation
+        if isinstance(error, HandoverGapError):
+            _log.error("cluster=%s: %s", cid, error)
+            self._context.fail(error)
+            return
         if error is not None or result is None:
             message = f"{type(error).__name__}: {error}"
             if message != self._last_error:

@@ -32,8 +32,10 @@ CONTRACT.add("KafkaTopicMetadataService")
 CONTRACT.add("MessageBatch")  # API.md section 8
 CONTRACT.add("AsyncSourceStream")  # API.md section 8
 CONTRACT.add("WatermarkStrategy")  # API.md section 8
+CONTRACT.add("HybridSource")  # API.md section 9
 
 PINNED = [
+    "AsyncHybridStream",
     "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
@@ -44,6 +46,10 @@ PINNED = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "HybridSource",
+    "HybridSourceBuilder",
+    "HybridStage",
+    "HybridStream",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
@@ -70,6 +76,8 @@ PINNED = [
     "SourceFailedError",
     "SourceRecord",
     "SourceStream",
+    "StageHandover",
+    "StageReader",
     "StaticMetadataService",
     "StreamClosedError",
     "StreamPatternSubscriber",

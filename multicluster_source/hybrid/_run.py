@@ -1,0 +1,138 @@
+"""``HybridSource.run``: the push API over every stage.
+
+Bounded stages are read on the calling thread through a :class:`HybridStream` (the handler is called there,
+and a checkpoint taken after it returned covers exactly what it handled). A last stage that is a Kafka
+source runs as that source's own ``run()`` on the runtime asked for (threads, processes, Ray), started from
+the handover and keeping its checkpoints in the stage's sub-directory; the switch to it is written first,
+so a restart goes straight to it. A last stage of another kind is read on the calling thread too (runtime
+``threads`` only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
+from multicluster_source.hybrid._stream import HybridStream, StageChain
+from multicluster_source.runtime._control import RunControl, RunResult
+
+__all__ = ["run_hybrid"]
+
+
+def _stopper(options: Mapping[str, Any]) -> Callable[[], bool]:
+    control = options.get("control")
+    if control is not None and not isinstance(control, RunControl):
+        raise ConfigurationError("run(control=...): needs a RunControl")
+    stop_event = options.get("stop_event")
+    if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
+        raise ConfigurationError("run(stop_event=...): needs an object with is_set() (threading.Event)")
+    return lambda: bool(
+        (control is not None and control.stop_requested) or (stop_event is not None and stop_event.is_set())
+    )
+
+
+def run_hybrid(
+    hybrid: StageChain,
+    handler: Callable[..., object],
+    parallelism: int,
+    *,
+    runtime: str,
+    checkpoint_dir: str | None,
+    checkpoint_interval: float | None,
+    registry: Any,
+    batches: bool,
+    options: dict[str, Any],
+) -> RunResult:
+    """See :meth:`HybridSource.run`."""
+    if not callable(handler):
+        raise ConfigurationError("run(handler, ...): the handler must be callable(records)")
+    if not isinstance(batches, bool):
+        raise ConfigurationError(f"run(batches=...): True or False, got {batches!r}")
+    last = hybrid.stages[-1]
+    delegate = isinstance(last, KafkaSourceStage)
+    if not delegate:
+        if runtime != "threads":
+            raise ConfigurationError(
+                f"run(runtime={runtime!r}): the last stage ({last.name}) is not a Kafka source; it is read "
+                "on the calling thread (runtime='threads')"
+            )
+        unknown = sorted(set(options) - {"control", "stop_event"})
+        if unknown:
+            raise ConfigurationError(f"run(): unknown options {', '.join(unknown)} for a hybrid source")
+    stopped = _stopper(options)
+    control: RunControl | None = options.get("control")
+    started = time.monotonic()
+    records = checkpoints = 0
+    stream = HybridStream(
+        hybrid,
+        parallelism=parallelism,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_interval=None,
+        registry=registry,
+        defer_kafka_last=delegate,
+    )
+
+    def result(finished: bool) -> RunResult:
+        if control is not None:
+            control._done.set()
+        return RunResult(
+            runtime=runtime,
+            parallelism=parallelism,
+            finished=finished,
+            records=records,
+            checkpoints=checkpoints,
+            restored_from=stream.restored_from,
+            seconds=time.monotonic() - started,
+        )
+
+    try:
+        last_checkpoint = time.monotonic()
+        last_index = len(hybrid.stages) - 1
+        while not delegate or stream.stage < last_index:
+            if stopped() or stream.finished:
+                if checkpoint_dir is not None:
+                    stream.checkpoint()
+                    checkpoints += 1
+                return result(stream.finished)
+            if batches:
+                for batch in stream.poll_batches(0.2):
+                    handler(batch)
+                    records += len(batch)
+            else:
+                got = stream.poll(0.2)
+                if got:
+                    handler(got)
+                    records += len(got)
+            due = (
+                checkpoint_interval is not None and time.monotonic() - last_checkpoint >= checkpoint_interval
+            )
+            if due and stream.stage < last_index + int(not delegate):
+                stream.checkpoint()
+                checkpoints += 1
+                last_checkpoint = time.monotonic()
+        assert isinstance(last, KafkaSourceStage)
+        source = last.with_start(stream._state.handover)
+        store = stream._store
+        live = source.run(
+            handler,
+            parallelism,
+            runtime=runtime,
+            checkpoint_dir=None if store is None else store.stage_dir(last_index),
+            checkpoint_interval=checkpoint_interval,
+            registry=stream.metrics_registry,
+            batches=batches,
+            **options,
+        )
+        return replace(
+            live,
+            records=live.records + records,
+            checkpoints=live.checkpoints + checkpoints,
+            restored_from=stream.restored_from or live.restored_from,
+            seconds=time.monotonic() - started,
+        )
+    finally:
+        stream.close()
