@@ -1,0 +1,260 @@
+"""The hybrid source on real Kafka: an in-memory archive (or a bounded Kafka source) then live clusters.
+
+- the handover is exact on two clusters while producers keep writing; a split the archive never saw starts
+  at the live source's own starting offsets (explicit offsets here, to tell them from earliest);
+- a bounded Kafka stage hands over to the live source of the same cluster;
+- an archive that ends before the cluster's retention start fails naming the split, or with
+  ``gap_policy="warn"`` goes on from the earliest offset;
+- ``run()`` delegates the live stage to the source's own run;
+- ``kill -9`` of a job process at each step of the switch, then a restart: nothing lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from harness.cluster import Cluster
+from harness.scenario import wait_for
+from multicluster_source import (
+    ClusterMetadata,
+    HybridSource,
+    KafkaStream,
+    MultiClusterKafkaSource,
+    OffsetsInitializer,
+    SourceRecord,
+    StaticMetadataService,
+)
+from multicluster_source.enumerator._offsets import HandoverGapError
+from multicluster_source.testing import InMemoryArchiveStage
+
+pytestmark = pytest.mark.integration
+
+JOB = Path(__file__).parent / "jobs" / "hybrid_job.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _source(
+    clusters: dict[str, tuple[Cluster, str]],
+    starting: OffsetsInitializer | None = None,
+    bounded: OffsetsInitializer | None = None,
+    name: str = "live",
+) -> MultiClusterKafkaSource:
+    metadata = {
+        cid: ClusterMetadata(cid, c.bootstrap_servers, frozenset({t})) for cid, (c, t) in clusters.items()
+    }
+    builder = (
+        MultiClusterKafkaSource.builder()
+        .set_name(name)
+        .set_kafka_metadata_service(StaticMetadataService([KafkaStream("s", metadata)]))
+        .set_stream_ids(["s"])
+        .set_starting_offsets(starting or OffsetsInitializer.earliest())
+    )
+    if bounded is not None:
+        builder = builder.set_bounded(bounded)
+    return builder.build()
+
+
+def _values(n: int, start: int = 0) -> list[bytes]:
+    return [f"v{i}".encode() for i in range(start, start + n)]
+
+
+def _until(stream: Any, got: list[SourceRecord], done: Callable[[], bool], timeout: float = 60) -> bool:
+    """Poll ``stream`` into ``got`` until ``done()``; False after ``timeout`` seconds."""
+
+    def step() -> bool:
+        got.extend(stream.poll(0.1))
+        return done()
+
+    return wait_for(step, timeout)
+
+
+def _key(r: SourceRecord) -> tuple[str, int, int]:
+    return (r.cluster_id, r.partition, r.offset)
+
+
+def test_exact_handover_on_two_clusters_while_producing(kafka_clusters, tmp_path: Path) -> None:
+    east, west = kafka_clusters(2)
+    te, tw = east.create_topic("hy", partitions=2), west.create_topic("hy", partitions=2)
+    for cluster, topic in ((east, te), (west, tw)):
+        for p in (0, 1):
+            cluster.produce(topic, _values(200), partition=p)
+    # archived: the first 120 records of east/0, east/1, west/0; west/1 is not in the archive
+    archive = InMemoryArchiveStage(
+        {f"east/{te}/0": _values(120), f"east/{te}/1": _values(120), f"west/{tw}/0": _values(120)}
+    )
+    live = _source(
+        {"east": (east, te), "west": (west, tw)},
+        starting=OffsetsInitializer.offsets({f"west/{tw}/1": 30}, reset="earliest"),
+    )
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    stop = threading.Event()
+    produced = {"n": 200}
+
+    def produce() -> None:
+        while not stop.is_set() and produced["n"] < 1000:
+            for cluster, topic in ((east, te), (west, tw)):
+                for p in (0, 1):
+                    cluster.produce(topic, _values(20, produced["n"]), partition=p)
+            produced["n"] += 20
+
+    producer = threading.Thread(target=produce, name="mcs-test-producer")
+    got: list[SourceRecord] = []
+    with hybrid.open(parallelism=2, checkpoint_dir=str(tmp_path / "ckpt")) as stream:
+        producer.start()
+        try:
+            assert _until(stream, got, lambda: stream.stage == 1)
+            assert _until(stream, got, lambda: produced["n"] >= 400)
+        finally:
+            stop.set()
+            producer.join(60)
+        total = produced["n"]
+        expected = {(cid, p, o) for cid in ("east", "west") for p in (0, 1) for o in range(total)}
+        expected -= {("west", 1, o) for o in range(30)}
+        assert _until(stream, got, lambda: expected <= {_key(r) for r in got}, 90)
+        status = stream.status()
+    counts = Counter(_key(r) for r in got)
+    assert {k for k, n in counts.items() if n > 1} == set(), "a record came twice"
+    assert set(counts) == expected
+    assert all(r.value == f"v{r.offset}".encode() for r in got)
+    h = status["hybrid"]
+    assert h["stage"] == 1 and h["handover"]["positions"] == {
+        f"east/{te}/0": 120,
+        f"east/{te}/1": 120,
+        f"west/{tw}/0": 120,
+    }
+    assert h["splits"][f"west/{tw}/1"] == {"phase": "live", "start": "start"}
+    assert h["splits"][f"east/{te}/0"] == {"phase": "live", "start": "exact"}
+    assert status["clusters"].keys() == {"east", "west"}
+
+
+def test_bounded_kafka_stage_then_live(kafka_cluster: Cluster) -> None:
+    topic = kafka_cluster.create_topic("hyb", partitions=1)
+    kafka_cluster.produce(topic, _values(100), partition=0)
+    old = _source(
+        {"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.offsets({f"{topic}/0": 40}), name="old"
+    )
+    live = _source({"c": (kafka_cluster, topic)})
+    got: list[SourceRecord] = []
+    stages: list[int] = []
+    with HybridSource.builder(old).add_source(live).build().open() as stream:
+
+        def more() -> bool:
+            records = stream.poll(0.2)
+            got.extend(records)
+            stages.extend(stream.stage for _ in records)
+            return len(got) >= 100
+
+        assert wait_for(more, 60)
+        assert stream.status()["hybrid"]["handover"]["positions"] == {f"c/{topic}/0": 40}
+    assert [r.offset for r in got] == list(range(100))
+    assert stages == [0] * 40 + [1] * 60
+
+
+def test_archive_ending_before_retention_is_a_gap(kafka_cluster: Cluster) -> None:
+    if kafka_cluster.kind == "tansu":
+        pytest.skip("tansu does not delete records below an offset")
+    topic = kafka_cluster.create_topic("gap", partitions=1)
+    kafka_cluster.produce(topic, _values(100), partition=0)
+    futures = kafka_cluster.admin().delete_records([TopicPartition(topic, 0, 50)])
+    for future in futures.values():
+        future.result(30)
+    archive = InMemoryArchiveStage({f"c/{topic}/0": _values(30)})
+    live = _source({"c": (kafka_cluster, topic)})
+    gap = rf"split c/{topic}/0: .* ends at offset 30 .* earliest offset is 50"
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    with hybrid.open() as stream, pytest.raises(HandoverGapError, match=gap):
+        _until(stream, [], lambda: False)
+    got: list[SourceRecord] = []
+    warned = HybridSource.builder(archive).add_source(live).set_gap_policy("warn").build()
+    with warned.open() as stream:
+        assert _until(stream, got, lambda: len(got) >= 80)
+    assert [r.offset for r in got] == list(range(30)) + list(range(50, 100))
+
+
+def test_run_hands_the_live_stage_to_the_sources_run(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    topic = kafka_cluster.create_topic("hyr", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(60), partition=p)
+    archive = InMemoryArchiveStage({f"c/{topic}/0": _values(25)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    got: list[SourceRecord] = []
+    lock = threading.Lock()
+
+    def handler(records: list[SourceRecord]) -> None:
+        with lock:
+            got.extend(records)
+
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    result = hybrid.run(handler, 2, checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_interval=0.2)
+    assert result.finished and result.records == 120
+    assert sorted(_key(r) for r in got) == sorted(("c", p, o) for p in (0, 1) for o in range(60))
+
+
+def _lines(path: Path) -> list[tuple[int, int, int]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        stage, rest = line.split(" ")
+        p, o = rest.split(":")
+        out.append((int(stage), int(p), int(o)))
+    return out
+
+
+def _start(cluster: Cluster, topic: str, ckpt: Path, out: Path, pause: str | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("PAUSE_AT", None)
+    if pause is not None:
+        env["PAUSE_AT"] = pause
+    with open(out.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), cluster.bootstrap_servers, topic, "2", "300", str(ckpt), str(out)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+
+@pytest.mark.parametrize("step", ["finished", "written", "closed", "opened"])
+def test_kill_9_at_each_step_of_the_switch(kafka_cluster: Cluster, tmp_path: Path, step: str) -> None:
+    topic = kafka_cluster.create_topic("hyk", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(500), partition=p)
+    produced = {(p, o) for p in (0, 1) for o in range(500)}
+    ckpt, out1, out2 = tmp_path / "ckpt", tmp_path / "run1.txt", tmp_path / "run2.txt"
+    paused = Path(str(out1) + ".paused")
+    job = _start(kafka_cluster, topic, ckpt, out1, step)
+    try:
+        assert wait_for(paused.exists, 60), out1.with_suffix(".log").read_text()[-3000:]
+    finally:
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait(30)
+    first = _lines(out1)
+    assert {s for s, _, _ in first} <= {0, 1}
+    job = _start(kafka_cluster, topic, ckpt, out2, None)
+    try:
+        assert wait_for(lambda: produced <= {(p, o) for _, p, o in first + _lines(out2)}, 60), (
+            "records were lost: " + out2.with_suffix(".log").read_text()[-3000:]
+        )
+    finally:
+        job.terminate()
+        job.wait(30)
+    second = _lines(out2)
+    # the switch was durable from "written" on: the restart goes on in the live stage, archive not re-read
+    if step != "finished":
+        assert all(stage == 1 for stage, _, _ in second)
+        assert all(o >= 300 for _, _, o in second), "the live stage did not start at the handover"
+    live = Counter((p, o) for s, p, o in first + second if s == 1)
+    assert not [k for k, n in live.items() if n > 1], "a live record came twice"
+    assert all(o >= 300 for p, o in live), "the live stage re-read archived offsets"
