@@ -278,3 +278,22 @@ def test_in_memory_stage_checks_its_input() -> None:
         InMemoryArchiveStage({"c/t/0": [b"a"]}, first_offsets={"c/t/0": 3}).open_stage(
             parallelism=1, start=None, restored=None, registry=None, work_dir=None
         ) and InMemoryArchiveStage({"c/t/0": [SourceRecord("c", "t", 0, 3, None, None, b"x", None)] * 2})
+
+
+def test_status_page_and_admin_server_show_the_stage() -> None:
+    import urllib.request
+
+    hybrid = HybridSource.builder(_archive()).add_source(_next()).set_name("h").build()
+    with hybrid.open(admin_address="127.0.0.1:0") as stream:
+        _drain(stream)
+        assert stream.admin_url is not None
+        with urllib.request.urlopen(stream.admin_url + "/") as answer:
+            page = answer.read().decode()
+        with urllib.request.urlopen(stream.admin_url + "/status") as answer:
+            doc = json.loads(answer.read())
+        with urllib.request.urlopen(stream.admin_url + "/metrics") as answer:
+            metrics = answer.read().decode()
+    assert 'id="hybrid"' in page and "2 of 2 (next)" in page and "exact: 2" in page
+    assert 'data-split="c/t/2"' in page
+    assert doc["hybrid"]["stage"] == 1
+    assert "multicluster_source_hybrid_stage 1.0" in metrics
