@@ -15,7 +15,7 @@ Threads: the hybrid stream calls every method on its caller's thread; the source
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client import CollectorRegistry
@@ -109,6 +109,11 @@ class KafkaStageReader:
     def poll_batches(self, timeout: float, max_records: int) -> list[MessageBatch]:
         """The source's ``poll_batches``."""
         return self.stream.poll_batches(timeout, max_records)
+
+    def iterate(self) -> Iterator[SourceRecord]:
+        """The source's own iterator (optional in the protocol): one record at a time without a poll per
+        record; a checkpoint between two records covers exactly those handed out."""
+        return iter(self.stream)
 
     @property
     def finished(self) -> bool:

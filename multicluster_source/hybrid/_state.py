@@ -28,7 +28,7 @@ from typing import Any
 from multicluster_source.exceptions import CheckpointError
 from multicluster_source.hybrid._stage import StageHandover
 
-__all__ = ["HybridState", "HybridStateStore"]
+__all__ = ["HybridState", "HybridStateStore", "checked_restore"]
 
 _NAME = re.compile(r"^hybrid-(\d{12})\.json$")
 _log = logging.getLogger("multicluster_source.hybrid")
@@ -149,3 +149,22 @@ class HybridStateStore:
                     raise
                 _log.warning("skipping damaged hybrid checkpoint: %s", exc)
         return None
+
+
+def checked_restore(state: HybridState, path: str, names: tuple[str, ...], source: str) -> HybridState:
+    """``state`` read from ``path``, checked against this source's chain of stage ``names`` (logged)."""
+    if len(state.stages) != len(names) or state.stage >= len(names):
+        raise CheckpointError(
+            f"hybrid checkpoint {path}: written for stages {list(state.stages)}, this source has "
+            f"{list(names)}; use a new checkpoint_dir for a different chain of stages"
+        )
+    _log.info(
+        "source=%s: restoring from %s: stage %d/%d (%s)%s",
+        source,
+        path,
+        state.stage + 1,
+        len(names),
+        names[state.stage],
+        "" if state.snapshot is not None else ", from its start or handover",
+    )
+    return state

@@ -24,12 +24,12 @@ from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from multicluster_source.exceptions import CheckpointError, ConfigurationError, StreamClosedError
+from multicluster_source.exceptions import ConfigurationError, StreamClosedError
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.hybrid._metrics import HybridMetrics
 from multicluster_source.hybrid._stage import HybridStage, StageHandover, StageReader
-from multicluster_source.hybrid._state import HybridState, HybridStateStore
+from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore
 from multicluster_source.hybrid._status import hybrid_status, log_switch, mode_counts, stage_secrets
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 
@@ -96,7 +96,8 @@ class HybridStream:
                 self._store = HybridStateStore(checkpoint_dir)
                 found = self._store.latest()
                 if found is not None:
-                    self._state = self._restored(found[0], str(found[1]), names)
+                    self._state = checked_restore(found[0], str(found[1]), names, self._name)
+                    self.restored_from = str(found[1])
             self._watermark = self._state.watermark
             state = self._state
             self._reader = self._open_stage(state.stage, state.handover, state.snapshot)
@@ -107,24 +108,6 @@ class HybridStream:
         except BaseException:
             self.close()
             raise
-
-    def _restored(self, state: HybridState, path: str, names: tuple[str, ...]) -> HybridState:
-        if len(state.stages) != len(names) or state.stage >= len(names):
-            raise CheckpointError(
-                f"hybrid checkpoint {path}: written for stages {list(state.stages)}, this source has "
-                f"{list(names)}; use a new checkpoint_dir for a different chain of stages"
-            )
-        self.restored_from = path
-        _log.info(
-            "source=%s: restoring from %s: stage %d/%d (%s)%s",
-            self._name,
-            path,
-            state.stage + 1,
-            len(names),
-            names[state.stage],
-            "" if state.snapshot is not None else ", from its start or handover",
-        )
-        return state
 
     def _open_stage(
         self, index: int, start: StageHandover | None, restored: dict[str, Any] | None
@@ -223,11 +206,32 @@ class HybridStream:
 
     def _iterate(self) -> Iterator[SourceRecord]:
         while not self._closed:
-            records = self.poll(0.5, 1)
-            if records:
-                yield records[0]
-            elif self.finished:
+            own = getattr(self._reader, "iterate", None)
+            if callable(own):  # the stage's own iterator (a Kafka stage's covers what it handed out)
+                yield from self._iterate_stage(own())
+            else:
+                records = self.poll(0.5, 1)
+                if records:
+                    yield records[0]
+                    continue
+            if self.switch_due():
+                self.switch()
+            elif self.finished or self._reader is None:
                 return
+
+    def _iterate_stage(self, records: Iterator[SourceRecord]) -> Iterator[SourceRecord]:
+        interval = self._interval
+        while not self._closed:
+            if interval is not None and time.monotonic() - self._last_checkpoint >= interval:
+                self.checkpoint()  # before taking the next record: covers exactly those handed out
+            record = next(records, None)
+            if record is None:
+                return
+            if self._switched_at is not None:
+                self._delivered()
+            else:
+                self._last_record_at = time.monotonic()
+            yield record
 
     @property
     def finished(self) -> bool:

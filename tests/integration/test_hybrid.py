@@ -258,3 +258,31 @@ def test_kill_9_at_each_step_of_the_switch(kafka_cluster: Cluster, tmp_path: Pat
     live = Counter((p, o) for s, p, o in first + second if s == 1)
     assert not [k for k, n in live.items() if n > 1], "a live record came twice"
     assert all(o >= 300 for p, o in live), "the live stage re-read archived offsets"
+
+
+def test_for_loop_checkpoint_across_the_switch_then_restore(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    """The ``for`` loop uses the Kafka stage's own iterator: a checkpoint in the loop covers exactly the
+    records the loop got, in the archive and in the live stage; a restore goes on right after them."""
+    topic = kafka_cluster.create_topic("hyi", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(150), partition=p)
+    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(50) for p in (0, 1)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    ckpt = str(tmp_path / "ckpt")
+    first: list[SourceRecord] = []
+    with hybrid.open(parallelism=2, checkpoint_dir=ckpt) as stream:
+        for record in stream:
+            first.append(record)
+            if len(first) in (60, 170):
+                stream.checkpoint()  # once in the archive, once in the live stage
+            if len(first) == 190:
+                break
+    with hybrid.open(parallelism=2, checkpoint_dir=ckpt) as stream:
+        second = list(stream)
+    covered = {_key(r) for r in first[:170]}
+    assert {_key(r) for r in first} | {_key(r) for r in second} == {
+        ("c", p, o) for p in (0, 1) for o in range(150)
+    }
+    assert not covered & {_key(r) for r in second}
+    assert len(second) == 300 - 170
