@@ -35,6 +35,32 @@ def _stopper(options: Mapping[str, Any]) -> Callable[[], bool]:
     )
 
 
+class _Hooks:
+    """The handler's optional hooks for the stages read on the calling thread: ``open(0)`` first,
+    ``on_watermark(ms)`` when the watermark moved, ``close()`` when those stages are done (a Kafka last stage
+    then opens the handler again in each of its readers, as its own ``run()`` does)."""
+
+    def __init__(self, handler: Callable[..., object]) -> None:
+        self._handler = handler
+        self._told: int | None = None
+        self._closed = False
+        opener = getattr(handler, "open", None)
+        if callable(opener):
+            opener(0)
+
+    def watermark(self, ms: int | None) -> None:
+        on_watermark = getattr(self._handler, "on_watermark", None)
+        if ms != self._told and callable(on_watermark):
+            self._told = ms
+            on_watermark(ms)
+
+    def close(self) -> None:
+        closer = getattr(self._handler, "close", None)
+        if not self._closed and callable(closer):
+            self._closed = True
+            closer()
+
+
 def run_hybrid(
     hybrid: StageChain,
     handler: Callable[..., object],
@@ -92,12 +118,17 @@ def run_hybrid(
     try:
         last_checkpoint = time.monotonic()
         last_index = len(hybrid.stages) - 1
+        in_process = not delegate or stream.stage < last_index
+        hooks = _Hooks(handler) if in_process else None
         while not delegate or stream.stage < last_index:
+            assert hooks is not None
             if stopped() or stream.finished:
                 if checkpoint_dir is not None:
                     stream.checkpoint()
                     checkpoints += 1
+                hooks.close()
                 return result(stream.finished)
+            hooks.watermark(stream.watermark)
             if batches:
                 for batch in stream.poll_batches(0.2):
                     handler(batch)
@@ -114,6 +145,8 @@ def run_hybrid(
                 stream.checkpoint()
                 checkpoints += 1
                 last_checkpoint = time.monotonic()
+        if hooks is not None:
+            hooks.close()
         assert isinstance(last, KafkaSourceStage)
         source = last.with_start(stream._state.handover)
         store = stream._store

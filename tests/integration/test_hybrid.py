@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from harness.cluster import Cluster
+from harness.runtimes import FileSink, positions, sink_rows
 from harness.scenario import wait_for
 from multicluster_source import (
     ClusterMetadata,
@@ -286,3 +287,24 @@ def test_for_loop_checkpoint_across_the_switch_then_restore(kafka_cluster: Clust
     }
     assert not covered & {_key(r) for r in second}
     assert len(second) == 300 - 170
+
+
+@pytest.mark.parametrize("runtime", ["threads", "processes"])
+def test_run_on_a_runtime_with_a_restart(kafka_cluster: Cluster, tmp_path: Path, runtime: str) -> None:
+    """The archive on the calling thread, then the live stage on ``runtime``; a second run on the same
+    checkpoint directory goes straight to the live stage and reads nothing again."""
+    topic = kafka_cluster.create_topic("hyp", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(80), partition=p)
+    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(30) for p in (0, 1)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    ckpt = str(tmp_path / "ckpt")
+    result = hybrid.run(FileSink(tmp_path / "out"), 2, runtime=runtime, checkpoint_dir=ckpt)
+    assert result.finished and result.records == 160 and result.runtime == runtime
+    assert positions(sink_rows(tmp_path / "out")) == Counter(
+        ("c", topic, p, o) for p in (0, 1) for o in range(80)
+    )
+    again = hybrid.run(FileSink(tmp_path / "again"), 2, runtime=runtime, checkpoint_dir=ckpt)
+    assert again.finished and again.records == 0 and again.restored_from is not None
+    assert archive.opened == 1
