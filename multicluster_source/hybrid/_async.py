@@ -27,6 +27,15 @@ _FIRST_SLEEP_S = 0.005
 _MAX_SLEEP_S = 0.05
 
 
+def _fetch_in_threads(stream: HybridStream) -> None:
+    """A Kafka stage's fetch threads fetch themselves: no client call on the loop's thread (as
+    :class:`AsyncSourceStream` sets its stream)."""
+    inner = getattr(stream._reader, "stream", None)
+    handoff = getattr(inner, "_handoff", None)
+    if handoff is not None:
+        handoff.inline = False
+
+
 class AsyncHybridStream:
     """A running hybrid source for asyncio code::
 
@@ -48,6 +57,7 @@ class AsyncHybridStream:
         if self._stream is None:
             self._lock = asyncio.Lock()
             self._stream = await asyncio.to_thread(self._opener)
+            _fetch_in_threads(self._stream)
             self._last_checkpoint = time.monotonic()
         return self
 
@@ -88,6 +98,7 @@ class AsyncHybridStream:
                 return out
             if stream.switch_due():
                 await asyncio.to_thread(stream.switch)
+                _fetch_in_threads(stream)
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -308,3 +309,23 @@ def test_run_on_a_runtime_with_a_restart(kafka_cluster: Cluster, tmp_path: Path,
     again = hybrid.run(FileSink(tmp_path / "again"), 2, runtime=runtime, checkpoint_dir=ckpt)
     assert again.finished and again.records == 0 and again.restored_from is not None
     assert archive.opened == 1
+
+
+def test_open_async_archive_then_kafka(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    topic = kafka_cluster.create_topic("hya", partitions=1)
+    kafka_cluster.produce(topic, _values(60), partition=0)
+    archive = InMemoryArchiveStage({f"c/{topic}/0": _values(20)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+
+    async def main() -> list[int]:
+        out = []
+        async with hybrid.open_async(
+            checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_interval=0.05
+        ) as stream:
+            async for record in stream:
+                out.append(record.offset)
+            assert stream.status()["hybrid"]["stage"] == 1
+        return out
+
+    assert asyncio.run(main()) == list(range(60))
