@@ -28,6 +28,7 @@ from multicluster_source.framework._storage import (
     ObjectStoreCheckpointStorage,
 )
 from multicluster_source.framework._watermarks import WatermarkStrategy
+from multicluster_source.hybrid import ArchiveError, KafkaArchiveSource
 from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
@@ -55,6 +56,7 @@ from multicluster_source.runtime._stream import SourceStream
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArchiveError",
     "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
@@ -65,6 +67,7 @@ __all__ = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "KafkaArchiveSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",

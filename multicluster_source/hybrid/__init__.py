@@ -6,6 +6,15 @@ with the position of each split handed from one stage to the next. See API.md se
 
 from __future__ import annotations
 
+from multicluster_source.hybrid._archive import KafkaArchiveSource
+from multicluster_source.hybrid._archive_layout import ArchiveError
 from multicluster_source.hybrid._stage import HandoverMode, HybridStage, StageHandover, StageReader
 
-__all__ = ["HandoverMode", "HybridStage", "StageHandover", "StageReader"]
+__all__ = [
+    "ArchiveError",
+    "HandoverMode",
+    "HybridStage",
+    "KafkaArchiveSource",
+    "StageHandover",
+    "StageReader",
+]

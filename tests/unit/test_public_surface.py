@@ -32,8 +32,10 @@ CONTRACT.add("KafkaTopicMetadataService")
 CONTRACT.add("MessageBatch")  # API.md section 8
 CONTRACT.add("AsyncSourceStream")  # API.md section 8
 CONTRACT.add("WatermarkStrategy")  # API.md section 8
+CONTRACT.add("KafkaArchiveSource")  # API.md section 9
 
 PINNED = [
+    "ArchiveError",
     "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
@@ -44,6 +46,7 @@ PINNED = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "KafkaArchiveSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
