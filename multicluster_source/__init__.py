@@ -28,7 +28,7 @@ from multicluster_source.framework._storage import (
     ObjectStoreCheckpointStorage,
 )
 from multicluster_source.framework._watermarks import WatermarkStrategy
-from multicluster_source.hybrid import ArchiveError, KafkaArchiveSource
+from multicluster_source.hybrid import ArchiveError, KafkaArchiveSource, KafkaIcebergSource
 from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
@@ -68,6 +68,7 @@ __all__ = [
     "DirectoryCheckpointStorage",
     "FileMetadataService",
     "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from multicluster_source.hybrid._archive import KafkaArchiveSource
 from multicluster_source.hybrid._archive_layout import ArchiveError
+from multicluster_source.hybrid._iceberg import KafkaIcebergSource
 from multicluster_source.hybrid._stage import HandoverMode, HybridStage, StageHandover, StageReader
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "HandoverMode",
     "HybridStage",
     "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "StageHandover",
     "StageReader",
 ]

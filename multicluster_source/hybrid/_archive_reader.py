@@ -125,10 +125,12 @@ class ArchiveStageReader:
         positions: Mapping[str, SplitPosition],
         skip_before: Mapping[str, int],
         details: dict[str, Any],
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Start ``parallelism`` reader threads over ``producers`` (split id -> producer)."""
         self._name = name
         self._details = details  # stage-wide facts for status() (files, left out, skipped)
+        self._extra = dict(extra or {})  # stage-wide state kept in snapshots (Iceberg: snapshot ids)
         self._positions: dict[str, SplitPosition] = dict(positions)
         self._last_ts: dict[str, int] = {}
         self._queue: queue.Queue[Piece | _Failure] = queue.Queue(_QUEUE_PIECES_PER_READER * parallelism)
@@ -292,6 +294,7 @@ class ArchiveStageReader:
             "v": SNAPSHOT_VERSION,
             "stage": self._name,
             "splits": {s: p.to_dict() for s, p in sorted(self._positions.items())},
+            **({"extra": self._extra} if self._extra else {}),
         }
 
     def commit(self, snapshot_id: int) -> None:

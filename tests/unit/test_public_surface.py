@@ -47,6 +47,7 @@ PINNED = [
     "DirectoryCheckpointStorage",
     "FileMetadataService",
     "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
