@@ -29,11 +29,14 @@ from multicluster_source.framework._storage import (
 )
 from multicluster_source.framework._watermarks import WatermarkStrategy
 from multicluster_source.hybrid import (
+    ArchiveError,
     AsyncHybridStream,
     HybridSource,
     HybridSourceBuilder,
     HybridStage,
     HybridStream,
+    KafkaArchiveSource,
+    KafkaIcebergSource,
     StageHandover,
     StageReader,
 )
@@ -64,6 +67,7 @@ from multicluster_source.runtime._stream import SourceStream
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArchiveError",
     "AsyncHybridStream",
     "AsyncSourceStream",
     "CheckpointError",
@@ -79,6 +83,8 @@ __all__ = [
     "HybridSourceBuilder",
     "HybridStage",
     "HybridStream",
+    "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",

@@ -7,7 +7,10 @@ with the position of each split handed from one stage to the next. See API.md se
 
 from __future__ import annotations
 
+from multicluster_source.hybrid._archive import KafkaArchiveSource
+from multicluster_source.hybrid._archive_layout import ArchiveError
 from multicluster_source.hybrid._async import AsyncHybridStream
+from multicluster_source.hybrid._iceberg import KafkaIcebergSource
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
 from multicluster_source.hybrid._memory import InMemoryArchiveStage
 from multicluster_source.hybrid._source import HybridSource, HybridSourceBuilder
@@ -15,6 +18,7 @@ from multicluster_source.hybrid._stage import HandoverMode, HybridStage, StageHa
 from multicluster_source.hybrid._stream import HybridStream
 
 __all__ = [
+    "ArchiveError",
     "AsyncHybridStream",
     "HandoverMode",
     "HybridSource",
@@ -22,6 +26,8 @@ __all__ = [
     "HybridStage",
     "HybridStream",
     "InMemoryArchiveStage",
+    "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaSourceStage",
     "StageHandover",
     "StageReader",

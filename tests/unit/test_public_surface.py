@@ -33,8 +33,10 @@ CONTRACT.add("MessageBatch")  # API.md section 8
 CONTRACT.add("AsyncSourceStream")  # API.md section 8
 CONTRACT.add("WatermarkStrategy")  # API.md section 8
 CONTRACT.add("HybridSource")  # API.md section 9
+CONTRACT.add("KafkaArchiveSource")  # API.md section 9
 
 PINNED = [
+    "ArchiveError",
     "AsyncHybridStream",
     "AsyncSourceStream",
     "CheckpointError",
@@ -50,6 +52,8 @@ PINNED = [
     "HybridSourceBuilder",
     "HybridStage",
     "HybridStream",
+    "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
