@@ -11,8 +11,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from multicluster_source.enumerator._offsets import HandoverGapError, OffsetsInitializer, resolve_offsets
+from multicluster_source.enumerator._offsets import OffsetsInitializer, resolve_offsets
 from multicluster_source.enumerator._proxy import StoppableContextProxy
+from multicluster_source.exceptions import HandoverGapError
 from multicluster_source.framework._interfaces import Cancellable
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata

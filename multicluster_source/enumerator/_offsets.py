@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError
+from multicluster_source.exceptions import ConfigurationError, HandoverGapError, MultiClusterSourceError
 from multicluster_source.framework._split import make_split_id
 
 _log = logging.getLogger("multicluster_source.offsets")
@@ -130,11 +130,6 @@ class OffsetsInitializer:
 
 class OffsetResolutionError(MultiClusterSourceError):
     """Offsets could not be resolved for a cluster (unreachable, or no committed offset with reset=none)."""
-
-
-class HandoverGapError(OffsetResolutionError):
-    """A handed-over position is below the partition's earliest offset: the records in between are neither
-    in the previous stage nor on the cluster any more. Fails the source (it is not retried)."""
 
 
 def _check_gaps(

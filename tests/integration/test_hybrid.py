@@ -30,6 +30,7 @@ from harness.runtimes import FileSink, positions, sink_rows
 from harness.scenario import wait_for
 from multicluster_source import (
     ClusterMetadata,
+    HandoverGapError,
     HybridSource,
     KafkaStream,
     MultiClusterKafkaSource,
@@ -37,7 +38,6 @@ from multicluster_source import (
     SourceRecord,
     StaticMetadataService,
 )
-from multicluster_source.enumerator._offsets import HandoverGapError
 from multicluster_source.testing import InMemoryArchiveStage
 
 pytestmark = pytest.mark.integration

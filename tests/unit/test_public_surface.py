@@ -48,6 +48,7 @@ PINNED = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "HandoverGapError",
     "HybridSource",
     "HybridSourceBuilder",
     "HybridStage",
