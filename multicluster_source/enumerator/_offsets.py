@@ -105,16 +105,6 @@ class OffsetsInitializer:
             clean[str(key)] = value
         return OffsetsInitializer("offsets", reset=reset, explicit=clean)  # type: ignore[arg-type]
 
-    @staticmethod
-    def handover(
-        positions: Mapping[str, int], fallback: OffsetsInitializer, gap_policy: GapPolicy = "fail"
-    ) -> OffsetsInitializer:
-        """Internal (hybrid sources): start the splits named in ``positions`` (full split ids) exactly there,
-        every other partition as ``fallback`` resolves it, and check each position against the partition's
-        earliest offset (``gap_policy``)."""
-        clean = {str(k): int(v) for k, v in positions.items()}
-        return OffsetsInitializer("offsets", explicit=clean, fallback=fallback, gap_policy=gap_policy)
-
     def describe(self) -> str:
         """A short human-readable form for logs."""
         if self.kind == "offsets" and self.fallback is not None:
@@ -126,6 +116,16 @@ class OffsetsInitializer:
         if self.kind == "offsets":
             return f"offsets({len(self.explicit)} explicit, reset={self.reset})"
         return self.kind
+
+
+def handover_offsets(
+    positions: Mapping[str, int], fallback: OffsetsInitializer, gap_policy: GapPolicy = "fail"
+) -> OffsetsInitializer:
+    """Internal (hybrid sources): start the splits named in ``positions`` (full split ids) exactly there,
+    every other partition as ``fallback`` resolves it, and check each position against the partition's
+    earliest offset (``gap_policy``)."""
+    clean = {str(k): int(v) for k, v in positions.items()}
+    return OffsetsInitializer("offsets", explicit=clean, fallback=fallback, gap_policy=gap_policy)
 
 
 class OffsetResolutionError(MultiClusterSourceError):

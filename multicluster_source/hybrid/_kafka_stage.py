@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client import CollectorRegistry
 
-from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._offsets import OffsetsInitializer, handover_offsets
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
@@ -42,7 +42,7 @@ def starting_offsets(
     if start is None:
         return own
     fallback = own if start.timestamp_ms is None else OffsetsInitializer.timestamp(start.timestamp_ms)
-    return OffsetsInitializer.handover(start.positions, fallback, gap_policy)
+    return handover_offsets(start.positions, fallback, gap_policy)
 
 
 def start_modes(start: StageHandover | None) -> tuple[dict[str, HandoverMode], HandoverMode]:
@@ -145,11 +145,12 @@ class KafkaStageReader:
 
     def status(self) -> dict[str, Any]:
         """The source's own status, plus per split how its start was chosen."""
-        assigned = sorted({s for splits in self.stream.assignments().values() for s in splits})
+        assigned = {s for splits in self.stream.assignments().values() for s in splits}
+        seen = sorted(assigned | set(self.positions()))  # finished splits are no longer assigned
         return {
             "kind": "kafka",
             "source": self.stream.status(),
-            "start_modes": {s: self._modes.get(s, self._default_mode) for s in assigned},
+            "start_modes": {s: self._modes.get(s, self._default_mode) for s in seen},
         }
 
     def close(self) -> None:

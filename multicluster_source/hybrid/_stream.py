@@ -79,6 +79,7 @@ class HybridStream:
         self._metrics = HybridMetrics(self._registry)
         self._closed = False
         self._reader: StageReader | None = None
+        self._failure: BaseException | None = None  # why the next stage did not open (raised again)
         self._admin: AdminServer | None = None
         self._last_checkpoint = time.monotonic()
         self._last_record_at: float | None = None
@@ -131,9 +132,7 @@ class HybridStream:
         if self._closed:
             raise StreamClosedError(f"source {self._name}: {what} on a closed stream")
         if self._reader is None:
-            raise StreamClosedError(
-                f"source {self._name}: {what}: no stage is open here (run() hands the last on)"
-            )
+            raise self._failure or StreamClosedError(f"source {self._name}: {what}: no stage is open here")
         return self._reader
 
     @property
@@ -288,7 +287,11 @@ class HybridStream:
         reader.close()
         self._state = state
         self._step(hook, "closed")
-        self._reader = self._open_stage(index + 1, handover, None)
+        try:
+            self._reader = self._open_stage(index + 1, handover, None)
+        except BaseException as exc:
+            self._failure = exc  # the state says stage i+1: a restart opens it again from the handover
+            raise
         self._step(hook, "opened")
         self._metrics.handed_over(handover.modes)
         self._switched_at = self._last_record_at or started

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -410,3 +411,26 @@ def test_parquet_archive_of_a_transactional_topic_hands_over_low_never_skips(
     assert ids[:20] == list(range(20))
     repeated = [i for i, n in Counter(ids).items() if n > 1]
     assert repeated and all(i < 20 for i in repeated), "only archived records may come again"
+
+
+def test_timestamp_handover_from_an_archive_without_offsets(kafka_cluster: Cluster) -> None:
+    """An archive that knows only times hands over its largest timestamp: the live split starts at the first
+    record at or after it (that record comes again), and the split's start shows ``timestamp``."""
+    topic = kafka_cluster.create_topic("hyts", partitions=1)
+    base = int(time.time() * 1000) - 60_000  # recent: far older records would be up for time retention
+    producer = kafka_cluster.producer()
+    for i in range(100):
+        producer.produce(topic, f"v{i}".encode(), partition=0, timestamp=base + i * 10)
+    assert producer.flush(30) == 0
+    del producer
+    archived = [
+        SourceRecord("c", topic, 0, i, base + i * 10, None, f"v{i}".encode(), None) for i in range(50)
+    ]
+    archive = InMemoryArchiveStage({f"c/{topic}/0": archived}, with_offsets=False)
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    with HybridSource.builder(archive).add_source(live).build().open() as stream:
+        offsets = [r.offset for r in stream]
+        h = stream.status()["hybrid"]
+    assert offsets == list(range(50)) + list(range(49, 100))
+    assert h["handover"]["timestamp_ms"] == base + 490
+    assert h["splits"][f"c/{topic}/0"]["start"] == "timestamp"

@@ -26,6 +26,7 @@ from multicluster_source import (
     StaticMetadataService,
     StreamClosedError,
 )
+from multicluster_source.enumerator._offsets import handover_offsets
 from multicluster_source.hybrid._state import HybridState, HybridStateStore
 from multicluster_source.testing import InMemoryArchiveStage
 
@@ -262,7 +263,7 @@ def test_open_async_crosses_the_switch(tmp_path: Path) -> None:
 
 
 def test_handover_initializer_pickles_and_describes() -> None:
-    init = OffsetsInitializer.handover({"c/t/0": 5}, OffsetsInitializer.timestamp(7), "warn")
+    init = handover_offsets({"c/t/0": 5}, OffsetsInitializer.timestamp(7), "warn")
     again = pickle.loads(pickle.dumps(init))
     assert again == init and hash(again) == hash(init)
     assert again.fallback == OffsetsInitializer.timestamp(7) and again.gap_policy == "warn"
@@ -297,3 +298,36 @@ def test_status_page_and_admin_server_show_the_stage() -> None:
     assert 'data-split="c/t/2"' in page
     assert doc["hybrid"]["stage"] == 1
     assert "multicluster_source_hybrid_stage 1.0" in metrics
+
+
+class _FailingOnce:
+    """A stage whose first open fails (a user's own stage: only bounded, name and open_stage)."""
+
+    def __init__(self, inner: InMemoryArchiveStage) -> None:
+        self.inner = inner
+        self.failures = 1
+        self.bounded = True
+        self.name = "flaky"
+
+    def open_stage(self, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("archive bucket unreachable")
+        return self.inner.open_stage(**kwargs)
+
+
+def test_a_next_stage_that_fails_to_open_fails_the_stream_and_a_restart_opens_it(tmp_path: Path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    flaky = _FailingOnce(_next())
+    hybrid = HybridSource.builder(_archive()).add_source(flaky).build()
+    got: list[SourceRecord] = []
+    with hybrid.open(checkpoint_dir=ckpt) as stream:
+        with pytest.raises(OSError, match="unreachable"):
+            while True:
+                got.extend(stream.poll(0.01, 5))
+        with pytest.raises(OSError, match="unreachable"):
+            stream.poll(0.01)
+    with hybrid.open(checkpoint_dir=ckpt) as again:
+        assert again.stage == 1
+        rest = _drain(again)
+    assert sorted(_keys(got + rest)) == EXPECTED
