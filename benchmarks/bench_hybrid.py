@@ -367,8 +367,7 @@ def run_switch(clusters: Sequence[Cluster], per_cluster: int, repeats: int) -> d
 # ------------------------------------------------------------------------------------------------- report
 
 
-def format_report(result: dict[str, Any]) -> str:
-    rates = result["rates"]
+def _rate_lines(rates: dict[str, Any]) -> list[str]:
     s = rates["summary"]
     lines = [
         f"Archive stage (Parquet) against the live record path: {rates['records']:,} records, "
@@ -386,6 +385,11 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append(
         f"\npaired ratio archive / live (median of runs): **{rates['paired_ratio_median']:.2f}** (goal >= 3)"
     )
+    return lines
+
+
+def format_report(result: dict[str, Any]) -> str:
+    lines = _rate_lines(result["rates"]) if "rates" in result else []
     sw = result.get("switch")
     if sw:
         lines.append(
@@ -408,11 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--switch-records", type=int, default=40_000, help="records per cluster for the switch"
     )
     parser.add_argument("--no-switch", action="store_true")
+    parser.add_argument("--no-rates", action="store_true", help="only the switch")
     args = parser.parse_args(argv)
     records, repeats = (200_000, 2) if args.quick else (args.records, args.repeats)
     with started_clusters(args.brokers, 1 if args.no_switch else 2) as clusters:
         result: dict[str, Any] = {"machine": machine_info(args.brokers)}
-        result["rates"] = run_rates(clusters[0], records, repeats, args.parallelism)
+        if not args.no_rates:
+            result["rates"] = run_rates(clusters[0], records, repeats, args.parallelism)
         if not args.no_switch:
             result["switch"] = run_switch(clusters, args.switch_records, max(2, repeats // 2))
     report = format_report(result)

@@ -121,11 +121,13 @@ class KafkaArchiveSource:
         producers: dict[str, _FileSplit] = {}
         skipped: list[str] = []
         ignored: list[str] = []
+        gone: list[str] = []
         files = 0
         for cluster_id, url in sorted(self._roots.items()):
             root = open_root(cluster_id, url)
-            splits, left_out = discover(root, self._format, self._topics, on_error=self._on_error)
+            splits, left_out, missing = discover(root, self._format, self._topics, on_error=self._on_error)
             ignored.extend(left_out)
+            gone.extend(missing)
             for split_id, split_files in splits.items():
                 files += len(split_files)
                 producers[split_id] = _FileSplit(
@@ -143,7 +145,13 @@ class KafkaArchiveSource:
                 raise CheckpointError(
                     f"{self._name} stage: checkpointed split {split_id} is not in the archive any more"
                 )
-        details = {"format": self._format, "files": files, "left_out": ignored, "skipped": skipped}
+        details = {
+            "format": self._format,
+            "files": files,
+            "left_out": ignored,
+            "missing_partitions": gone,
+            "skipped": skipped,
+        }
         return ArchiveStageReader(
             self._name,
             producers,
