@@ -14,6 +14,7 @@ skips one). The HDFS layout names each file's last offset too: that record's off
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -38,12 +39,13 @@ from multicluster_source.hybrid._archive_reader import (
     SplitPosition,
     restored_positions,
 )
-from multicluster_source.hybrid._archive_rows import archived_records
+from multicluster_source.hybrid._archive_rows import rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
 
 log = logging.getLogger("multicluster_source.hybrid.archive")
 
 ON_ERROR = ("fail", "skip")
+_INTS = {int, type(None)}
 
 
 class KafkaArchiveSource:
@@ -119,11 +121,13 @@ class KafkaArchiveSource:
         producers: dict[str, _FileSplit] = {}
         skipped: list[str] = []
         ignored: list[str] = []
+        gone: list[str] = []
         files = 0
         for cluster_id, url in sorted(self._roots.items()):
             root = open_root(cluster_id, url)
-            splits, left_out = discover(root, self._format, self._topics, on_error=self._on_error)
+            splits, left_out, missing = discover(root, self._format, self._topics, on_error=self._on_error)
             ignored.extend(left_out)
+            gone.extend(missing)
             for split_id, split_files in splits.items():
                 files += len(split_files)
                 producers[split_id] = _FileSplit(
@@ -141,7 +145,13 @@ class KafkaArchiveSource:
                 raise CheckpointError(
                     f"{self._name} stage: checkpointed split {split_id} is not in the archive any more"
                 )
-        details = {"format": self._format, "files": files, "left_out": ignored, "skipped": skipped}
+        details = {
+            "format": self._format,
+            "files": files,
+            "left_out": ignored,
+            "missing_partitions": gone,
+            "skipped": skipped,
+        }
         return ArchiveStageReader(
             self._name,
             producers,
@@ -204,7 +214,7 @@ class _FileSplit:
                 continue  # every record of this file is before the position to go on from
             try:
                 for piece in self._file_pieces(file, following, skip, last_offset, skip_before, stop):
-                    last_offset = piece.records[-1].offset
+                    last_offset = piece.offsets[-1]
                     yield piece
             except ArchiveError as e:
                 if self._on_error == "fail":
@@ -216,7 +226,7 @@ class _FileSplit:
             if stop.is_set():
                 return
             skip = 0
-        yield Piece(self._files[0].split_id, None, 0, [], 0, done=True)
+        yield Piece(self._files[0].split_id, None, 0, 0, done=True)
 
     def _file_pieces(
         self,
@@ -238,10 +248,10 @@ class _FileSplit:
                 return
             if held is not None and (piece := self._piece(file, *held, last=False)) is not None:
                 yield piece
-            n = len(chunk.values)
+            n = len(chunk)
             if exact_field:
                 offsets: list[int] = chunk.offsets  # type: ignore[assignment]
-                self._check_offsets(file, offsets, chunk.position, last_offset, following)
+                self._check_offsets(file, offsets, chunk.position, last_offset, following, chunk.increasing)
             else:
                 offsets = list(range(file.start + chunk.position, file.start + chunk.position + n))
             last_offset = offsets[-1]
@@ -262,36 +272,53 @@ class _FileSplit:
         *,
         last: bool,
     ) -> Piece | None:
-        n = len(chunk.values)
+        n = len(chunk)
         exact_from = 0 if self._fields.offset is not None else n
         if last and file.end is not None and self._fields.offset is None:
             offsets[-1] = file.end  # the HDFS name gives the last record's offset
             exact_from = n - 1 if file.end - file.start + 1 != chunk.position + n else 0
-        lo, hi = chunk.position, chunk.position + n
-        values = chunk.values if self._deserializer is None else list(map(self._deserializer, chunk.values))
-        timestamps = None if chunk.timestamps is None else list(map(_ms, chunk.timestamps))
-        records = archived_records(
+        values, rows = chunk.values, chunk.rows
+        if self._deserializer is not None:
+            values, rows = list(map(self._deserializer, values if rows is None else rows_of(rows))), None
+        timestamps = chunk.timestamps
+        if timestamps is not None and not chunk.int_timestamps and not set(map(type, timestamps)) <= _INTS:
+            timestamps = list(map(_ms, timestamps))
+        lo, cut = chunk.position, 0
+        if skip_before is not None and exact_from == 0 and offsets[0] < skip_before:
+            cut = sum(1 for o in offsets if o < skip_before)
+            if cut == n:
+                return None
+            offsets, timestamps = offsets[cut:], None if timestamps is None else timestamps[cut:]
+            values = None if values is None else values[cut:]
+        return Piece(
+            file.split_id,
+            file.name,
+            lo + cut,
+            max(0, exact_from - cut),
             file.cluster_id,
             file.topic,
             file.partition,
             offsets,
             timestamps,
-            None if keys is None else keys[lo:hi],
+            None if keys is None else keys[lo + cut : lo + n],
+            None if headers is None else headers[lo + cut : lo + n],
             values,
-            None if headers is None else headers[lo:hi],
+            rows,
+            cut,
         )
-        position = chunk.position
-        if skip_before is not None and exact_from == 0 and offsets[0] < skip_before:
-            cut = sum(1 for o in offsets if o < skip_before)
-            records, position = records[cut:], position + cut
-        if not records:
-            return None
-        return Piece(file.split_id, file.name, position, records, max(0, exact_from - (position - lo)))
 
     def _check_offsets(
-        self, file: ArchiveFile, offsets: list[int], position: int, last_offset: int, following: int | None
+        self,
+        file: ArchiveFile,
+        offsets: list[int],
+        position: int,
+        last_offset: int,
+        following: int | None,
+        increasing: bool | None,
     ) -> None:
-        bad = offsets != sorted(offsets) or len(set(offsets)) != len(offsets) or offsets[0] <= last_offset
+        if increasing is None:
+            increasing = all(map(int.__lt__, offsets, itertools.islice(offsets, 1, None)))
+        bad = not increasing or offsets[0] <= last_offset
         high = file.end if file.end is not None else (None if following is None else following - 1)
         if not bad and offsets[0] >= file.start and (high is None or offsets[-1] <= high):
             return

@@ -24,7 +24,7 @@ from typing import Any
 
 from multicluster_source.framework._records import Headers
 from multicluster_source.hybrid._archive_layout import ArchiveError, ArchiveFormat, format_of, missing_extra
-from multicluster_source.hybrid._archive_rows import rows_of
+from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
 
 CHUNK = 8192  # records per chunk of the row formats; Parquet chunks are record batches of this size
 
@@ -42,9 +42,15 @@ class Chunk:
     """Up to :data:`CHUNK` records of one file, from record ``position`` (0-based) on."""
 
     position: int
-    values: list[Any]
+    values: list[Any] | None  # the row formats' values; None for Parquet (rows)
     offsets: list[Any] | None  # from the offset field
     timestamps: list[Any] | None  # from the timestamp field
+    rows: RowColumns | None = None  # Parquet: the batch's columns
+    increasing: bool | None = None  # Parquet: the offsets strictly increase (checked by Arrow compute)
+    int_timestamps: bool = False  # Parquet: the timestamps are ints or None already
+
+    def __len__(self) -> int:
+        return len(self.values) if self.values is not None else self.rows.count  # type: ignore[union-attr]
 
 
 def read_chunks(fs: Any, path: str, fmt: ArchiveFormat, fields: FieldNames, skip: int) -> Iterator[Chunk]:
@@ -168,17 +174,34 @@ def _parquet(fs: Any, path: str, fields: FieldNames, skip: int) -> Iterator[Chun
                 continue
             yield Chunk(
                 position,
-                rows_of(batch),
+                None,
                 _column(path, batch, fields.offset, position),
                 _column(path, batch, fields.timestamp, position),
+                RowColumns(batch),
+                _increasing(batch, fields.offset),
+                True,
             )
             position += batch.num_rows
+
+
+def _increasing(batch: Any, name: str | None) -> bool | None:
+    if name is None or batch.num_rows < 2:
+        return None
+    import pyarrow.compute as pc
+
+    column = batch.column(name)
+    steps = pc.subtract(column.slice(1), column.slice(0, batch.num_rows - 1))
+    return bool(pc.min(steps).as_py() > 0)
 
 
 def _column(path: str, batch: Any, name: str | None, position: int) -> list[Any] | None:
     if name is None:
         return None
     column = batch.column(name)
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(column.type):  # as int64 milliseconds
+        column = column.cast(pa.timestamp("ms")).cast(pa.int64())
     if column.null_count:
         values = column.to_pylist()
         line = position + values.index(None) + 1
@@ -215,10 +238,11 @@ def _view_values(fs: Any, path: str, field: str) -> list[Any]:
     if fmt == "parquet":
         values: list[Any] = []
         for chunk in _parquet(fs, path, FieldNames(), 0):
-            values.extend(row[field] if field in row else row.values()[0] for row in chunk.values)
+            for row in rows_of(chunk.rows):  # type: ignore[arg-type]
+                values.append(row[field] if field in row else row.values()[0])
         return values
-    rows = _avro(fs, path) if fmt == "avro" else _jsonl(fs, path)
-    return [_unwrap(v, field) for v in rows]
+    data = _avro(fs, path) if fmt == "avro" else _jsonl(fs, path)
+    return [_unwrap(v, field) for v in data]
 
 
 def _unwrap(value: Any, field: str) -> Any:

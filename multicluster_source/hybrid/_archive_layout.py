@@ -149,9 +149,10 @@ def _listing(root: Root, path: str) -> list[Any]:
 
 def discover(
     root: Root, fmt: ArchiveFormat, topics: Collection[str] | None, *, on_error: str
-) -> tuple[dict[str, list[ArchiveFile]], list[str]]:
-    """Every value file below ``root``, by split, sorted by start offset and checked; and the paths of
-    files that were left out (of another format), each logged. Raises :class:`ArchiveError` on files
+) -> tuple[dict[str, list[ArchiveFile]], list[str], list[str]]:
+    """Every value file below ``root``, by split, sorted by start offset and checked; the paths of files
+    that were left out (of another format), each logged; and of missing partition directories (only with
+    ``on_error="skip"``, each logged). Raises :class:`ArchiveError` on files
     that overlap, a file in the wrong partition directory, or a missing partition directory."""
     infos = _listing(root, root.path)
     base = root.path.rstrip("/") + "/"
@@ -207,13 +208,13 @@ def discover(
                 views.get(f"{stem}|headers"),
             )
         )
-    _check_partition_dirs(root, partition_dirs, on_error=on_error)
+    missing = _check_partition_dirs(root, partition_dirs, on_error=on_error)
     splits: dict[str, list[ArchiveFile]] = {}
     for _, files in sorted(values.items()):
         files = [_with_views(f, views) for f in sorted(files, key=lambda f: f.start)]
         _check_order(files)
         splits[files[0].split_id] = files
-    return splits, ignored
+    return splits, ignored, missing
 
 
 def _with_views(file: ArchiveFile, views: Mapping[str, str]) -> ArchiveFile:
@@ -245,7 +246,8 @@ def _check_order(files: list[ArchiveFile]) -> None:
             raise ArchiveError(f"its end offset {f.end} is before its start offset {f.start}", path=f.path)
 
 
-def _check_partition_dirs(root: Root, found: Mapping[str, set[int]], *, on_error: str) -> None:
+def _check_partition_dirs(root: Root, found: Mapping[str, set[int]], *, on_error: str) -> list[str]:
+    gone: list[str] = []
     for topic, partitions in sorted(found.items()):
         missing = sorted(set(range(max(partitions) + 1)) - partitions)
         for p in missing:
@@ -262,3 +264,5 @@ def _check_partition_dirs(root: Root, found: Mapping[str, set[int]], *, on_error
                 path,
                 on_error,
             )
+            gone.append(path)
+    return gone

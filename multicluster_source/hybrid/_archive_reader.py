@@ -21,13 +21,14 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from confluent_kafka import Message
 
 from multicluster_source.exceptions import CheckpointError
-from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.framework._records import Headers, MessageBatch, SourceRecord
+from multicluster_source.hybrid._archive_rows import RowColumns, archived_records
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
 
 log = logging.getLogger("multicluster_source.hybrid.archive")
@@ -71,15 +72,45 @@ class SplitPosition:
 
 @dataclass(frozen=True)
 class Piece:
-    """Records of one split, all from one file, from record ``position`` of that file on. A piece with
-    ``done`` set and no records ends its split."""
+    """Records of one split, all from one file, from record ``position`` of that file on, as columns: the
+    caller thread makes records of the part it returns (:meth:`records`), so only records a caller holds
+    are alive. A piece with ``done`` set and no offsets ends its split."""
 
     split_id: str
     file: str | None
     position: int
-    records: list[SourceRecord]
-    exact_from: int  # records[i] for i >= exact_from carry offsets known exactly
+    exact_from: int  # records i >= exact_from carry offsets known exactly
+    cluster_id: str = ""
+    topic: str = ""
+    partition: int = 0
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int | None] | None = None
+    keys: list[bytes | None] | None = None
+    headers: list[Headers] | None = None
+    values: list[Any] | None = None  # record i's value; None: row base + i of rows
+    rows: RowColumns | None = None
+    base: int = 0
     done: bool = False
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def records(self, lo: int, hi: int) -> list[SourceRecord]:
+        """Records ``lo`` to ``hi`` of the piece."""
+        return archived_records(
+            self.cluster_id,
+            self.topic,
+            self.partition,
+            self.offsets,
+            self.timestamps,
+            self.keys,
+            self.values,
+            self.headers,
+            lo,
+            hi,
+            self.rows,
+            self.base,
+        )
 
 
 @dataclass(frozen=True)
@@ -205,28 +236,28 @@ class ArchiveStageReader:
                 self._finish(piece.split_id)
                 self._piece = None
                 continue
-            end = min(len(piece.records), self._taken + max_records - len(out))
-            if not out and self._taken == 0 and end == len(piece.records):
-                out = piece.records  # the whole piece: no copy
+            end = min(len(piece), self._taken + max_records - len(out))
+            if out:
+                out.extend(piece.records(self._taken, end))
             else:
-                out.extend(piece.records[self._taken : end])
+                out = piece.records(self._taken, end)
             self._taken = end
             self._advance(piece, end)
-            if end == len(piece.records):
+            if end == len(piece):
                 self._piece = None
         return out
 
     def _advance(self, piece: Piece, end: int) -> None:
-        last = piece.records[end - 1]
         self._positions[piece.split_id] = SplitPosition(
             piece.file,
             piece.position + end,
-            last.offset + 1,
+            piece.offsets[end - 1] + 1,
             "exact" if end - 1 >= piece.exact_from else "estimated",
         )
-        ts = last.timestamp
-        if ts is not None:
-            self._last_ts[piece.split_id] = max(ts, self._last_ts.get(piece.split_id, ts))
+        if piece.timestamps is not None:
+            ts = piece.timestamps[end - 1]
+            if ts is not None:
+                self._last_ts[piece.split_id] = max(ts, self._last_ts.get(piece.split_id, ts))
 
     def _finish(self, split_id: str) -> None:
         old = self._positions.get(split_id, SplitPosition())

@@ -16,7 +16,7 @@ tenth of a plain dict built eagerly per record.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import repeat
+from itertools import islice, repeat
 from typing import TYPE_CHECKING, Any, Final
 
 from multicluster_source.framework._records import Headers, SourceRecord
@@ -68,6 +68,10 @@ class ArchivedRecord(SourceRecord):
         return (SourceRecord, self._fields())
 
 
+def _column(values: Sequence[Any] | None, lo: int, hi: int) -> Any:
+    return repeat(None) if values is None else islice(values, lo, hi)
+
+
 def archived_records(
     cluster_id: str,
     topic: str,
@@ -75,10 +79,21 @@ def archived_records(
     offsets: Sequence[int],
     timestamps: Sequence[int | None] | None,
     keys: Sequence[bytes | None] | None,
-    values: Sequence[Any],
+    values: Sequence[Any] | None,
     headers: Sequence[Headers] | None,
+    lo: int,
+    hi: int,
+    rows: RowColumns | None = None,
+    base: int = 0,
 ) -> list[SourceRecord]:
-    """Records of one chunk of one partition, C-level calls only."""
+    """Records ``lo`` to ``hi`` of one chunk of one partition, by C-level calls only: the value of record
+    ``i`` is ``values[i]``, or (``values`` None) an :class:`ArchivedRow` over row ``base + i`` of ``rows``
+    (made here, for the records asked for only: a property making it when read costs more per record)."""
+    row_values: Any = (
+        islice(values, lo, hi)
+        if values is not None
+        else map(_new, repeat(ArchivedRow), zip(repeat(rows), range(base + lo, base + hi)))
+    )
     return list(
         map(
             _new,
@@ -86,13 +101,13 @@ def archived_records(
             zip(
                 repeat(cluster_id),
                 repeat(None),
-                values,
+                row_values,
                 repeat(topic),
                 repeat(partition),
-                offsets,
-                repeat(None) if timestamps is None else timestamps,
-                repeat(None) if keys is None else keys,
-                repeat(None) if headers is None else headers,
+                islice(offsets, lo, hi),
+                _column(timestamps, lo, hi),
+                _column(keys, lo, hi),
+                _column(headers, lo, hi),
             ),
         )
     )
@@ -101,11 +116,12 @@ def archived_records(
 class RowColumns:
     """The columns of one Arrow record batch, each turned into a Python list on first use."""
 
-    __slots__ = ("_batch", "_lists", "index", "names")
+    __slots__ = ("_batch", "_lists", "count", "index", "names")
 
     def __init__(self, batch: Any) -> None:
         """Columns of ``batch`` (a ``pyarrow.RecordBatch``)."""
         self._batch = batch
+        self.count: int = batch.num_rows
         self.names: tuple[str, ...] = tuple(batch.schema.names)
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         self._lists: list[list[Any] | None] = [None] * len(self.names)
@@ -190,6 +206,6 @@ class ArchivedRow(tuple):  # type: ignore[type-arg]
 Mapping.register(ArchivedRow)
 
 
-def rows_of(batch: Any) -> list[ArchivedRow]:
-    """One :class:`ArchivedRow` per row of ``batch``."""
-    return list(map(_new, repeat(ArchivedRow), zip(repeat(RowColumns(batch)), range(batch.num_rows))))
+def rows_of(columns: RowColumns) -> list[ArchivedRow]:
+    """One :class:`ArchivedRow` per row of ``columns`` (for a deserializer, which takes every value)."""
+    return list(map(_new, repeat(ArchivedRow), zip(repeat(columns), range(columns.count))))

@@ -34,7 +34,7 @@ from multicluster_source.hybrid._archive_reader import (
     SplitPosition,
     restored_positions,
 )
-from multicluster_source.hybrid._archive_rows import archived_records, rows_of
+from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
 
 log = logging.getLogger("multicluster_source.hybrid.iceberg")
@@ -195,29 +195,32 @@ class _TableSplit:
             data, offsets = self._without_duplicates(data, offsets)
         has_ts = ts_col in data.column_names
         timestamps = list(map(_ms, data.column(ts_col).to_pylist())) if has_ts else None
-        values = data.drop_columns([c for c in self._source._columns if c in data.column_names])
+        table = data.drop_columns([c for c in self._source._columns if c in data.column_names])
         position = 0 if start is None else start.record
         deserializer = self._source._deserializer
-        for batch in values.to_batches(max_chunksize=CHUNK):
+        for batch in table.to_batches(max_chunksize=CHUNK):
             if stop.is_set():
                 return
             n, lo = batch.num_rows, position - (0 if start is None else start.record)
-            rows: list[Any] = rows_of(batch)
-            if deserializer is not None:
-                rows = list(map(deserializer, rows))
-            records = archived_records(
+            columns = RowColumns(batch)
+            values = None if deserializer is None else list(map(deserializer, rows_of(columns)))
+            yield Piece(
+                self.split_id,
+                self._table_name,
+                position,
+                0,
                 self.cluster_id,
                 self.topic,
                 self.partition,
                 offsets[lo : lo + n],
                 None if timestamps is None else timestamps[lo : lo + n],
                 None,
-                rows,
                 None,
+                values,
+                None if values is not None else columns,
             )
-            yield Piece(self.split_id, self._table_name, position, records, 0)
             position += n
-        yield Piece(self.split_id, self._table_name, position, [], 0, done=True)
+        yield Piece(self.split_id, self._table_name, position, 0, done=True)
 
     def _without_duplicates(self, data: Any, offsets: list[int]) -> tuple[Any, list[int]]:
         keep = [i for i in range(len(offsets)) if i == 0 or offsets[i] != offsets[i - 1]]

@@ -74,7 +74,9 @@ def test_missing_partition_directory_is_named(tmp_path: Path, caplog: pytest.Log
     with pytest.raises(ArchiveError, match=r"orders/partition=1: missing partition directory"):
         open_reader(KafkaArchiveSource({"east": str(tmp_path)}))
     with caplog.at_level(logging.WARNING):
-        got = drain(open_reader(KafkaArchiveSource({"east": str(tmp_path)}, on_error="skip")))
+        reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, on_error="skip"))
+        assert reader.status()["missing_partitions"] == [str(tmp_path / "orders" / "partition=1")]
+        got = drain(reader)
     assert len(got) == 20
     assert any("partition=1" in r.getMessage() for r in caplog.records)
 
