@@ -168,9 +168,10 @@ class HybridStream:
         now = time.monotonic()
         if self._switched_at is not None:
             self._metrics.switch_seconds(now - self._switched_at)
-            last = self._state.switches[-1] if self._state.switches else None
-            if last is not None and last.get("latency_ms") is None:
-                last["latency_ms"] = round((now - self._switched_at) * 1000.0, 3)
+            switches = self._state.switches
+            if switches and switches[-1].get("latency_ms") is None:
+                last = {**switches[-1], "latency_ms": round((now - self._switched_at) * 1000.0, 3)}
+                self._state = self._state.with_changes(switches=(*switches[:-1], last))
             self._switched_at = None
         self._last_record_at = now
 
@@ -295,7 +296,8 @@ class HybridStream:
         self._step(hook, "opened")
         self._metrics.handed_over(handover.modes)
         self._switched_at = self._last_record_at or started
-        summary["open_ms"] = round((time.monotonic() - started) * 1000.0, 3)
+        summary = {**summary, "open_ms": round((time.monotonic() - started) * 1000.0, 3)}
+        self._state = state.with_changes(switches=(*state.switches[:-1], summary))
         log_switch(self._name, [st.name for st in self._stages], index, handover, summary)
 
     @staticmethod
