@@ -61,6 +61,39 @@ class _Hooks:
             closer()
 
 
+class WatermarkFloor:
+    """The handler of a live stage run after earlier stages: ``on_watermark`` never goes below the watermark
+    the earlier stages reached (``floor``); everything else is the handler's own. Picklable when the handler
+    is (the processes and Ray runtimes send it to their workers)."""
+
+    def __init__(self, handler: Any, floor: int) -> None:
+        self.handler = handler
+        self.floor = floor
+
+    def __call__(self, records: Any) -> object:
+        return self.handler(records)
+
+    def open(self, reader_index: int) -> None:
+        """The handler's ``open``, if it has one."""
+        opener = getattr(self.handler, "open", None)
+        if callable(opener):
+            opener(reader_index)
+
+    def close(self) -> None:
+        """The handler's ``close``, if it has one."""
+        closer = getattr(self.handler, "close", None)
+        if callable(closer):
+            closer()
+
+    def on_watermark(self, ms: int | None) -> None:
+        """The handler's ``on_watermark`` with the largest of ``ms`` and every value told, when it moved."""
+        value = self.floor if ms is None or ms < self.floor else ms
+        if value > self.floor or not getattr(self, "_told_floor", False):
+            self._told_floor = True
+            self.floor = value
+            self.handler.on_watermark(value)
+
+
 def run_hybrid(
     hybrid: StageChain,
     handler: Callable[..., object],
@@ -150,8 +183,11 @@ def run_hybrid(
         assert isinstance(last, KafkaSourceStage)
         source = last.with_start(stream._state.handover)
         store = stream._store
+        floor = stream.watermark
         live = source.run(
-            handler,
+            handler
+            if floor is None or not hasattr(handler, "on_watermark")
+            else WatermarkFloor(handler, floor),
             parallelism,
             runtime=runtime,
             checkpoint_dir=None if store is None else store.stage_dir(last_index),

@@ -331,3 +331,22 @@ def test_a_next_stage_that_fails_to_open_fails_the_stream_and_a_restart_opens_it
         assert again.stage == 1
         rest = _drain(again)
     assert sorted(_keys(got + rest)) == EXPECTED
+
+
+def test_the_live_runs_watermark_never_goes_below_the_archives() -> None:
+    from multicluster_source.hybrid._run import WatermarkFloor
+
+    told: list[int | None] = []
+
+    class Handler:
+        def __call__(self, records: Any) -> None:
+            pass
+
+        def on_watermark(self, ms: int | None) -> None:
+            told.append(ms)
+
+    floor = WatermarkFloor(Handler(), 500)
+    for ms in (None, 100, 500, 700, 600, 900):
+        floor.on_watermark(ms)
+    assert told == [500, 700, 900]
+    assert pickle.loads(pickle.dumps(WatermarkFloor(42, 1))).floor == 1
