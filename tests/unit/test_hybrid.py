@@ -276,9 +276,10 @@ def test_in_memory_stage_checks_its_input() -> None:
     with pytest.raises(ConfigurationError, match="listed under split"):
         InMemoryArchiveStage({"c/t/0": [SourceRecord("c", "t", 1, 0, None, None, b"x", None)]})
     with pytest.raises(ConfigurationError, match="offset 3 after 3"):
-        InMemoryArchiveStage({"c/t/0": [b"a"]}, first_offsets={"c/t/0": 3}).open_stage(
-            parallelism=1, start=None, restored=None, registry=None, work_dir=None
-        ) and InMemoryArchiveStage({"c/t/0": [SourceRecord("c", "t", 0, 3, None, None, b"x", None)] * 2})
+        InMemoryArchiveStage({"c/t/0": [SourceRecord("c", "t", 0, 3, None, None, b"x", None)] * 2})
+    with pytest.raises(ConfigurationError, match="offset 2 after 3"):
+        record = SourceRecord("c", "t", 0, 2, None, None, b"x", None)
+        InMemoryArchiveStage({"c/t/0": [b"a", record]}, first_offsets={"c/t/0": 3})
 
 
 def test_status_page_and_admin_server_show_the_stage() -> None:
