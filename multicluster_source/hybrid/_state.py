@@ -1,13 +1,15 @@
 """The hybrid source's own checkpoint: which stage runs, what it was handed, and the stage's snapshot.
 
 Files ``hybrid-<seq:012d>.json`` in the checkpoint directory, written atomically (write, fsync, rename,
-fsync the directory), the last three kept; the newest that reads cleanly wins. Version 1::
+fsync the directory), the last three kept; the newest that reads cleanly wins. Version 2 (1 is read too:
+it had no ``skip``)::
 
-    {"v": 1, "seq": 12, "checkpoint_id": 7, "stages": ["archive", "live"], "stage": 1,
+    {"v": 2, "seq": 12, "checkpoint_id": 7, "stages": ["archive", "live"], "stage": 1,
      "handover": <StageHandover.to_dict() handed to this stage, or null for the first stage>,
      "snapshot": <the stage's StageReader.snapshot(), or null before its first checkpoint>,
      "watermark": <ms or null: the watermark the caller had seen, which never goes back>,
-     "switches": [{"from": 0, "to": 1, "modes": {"exact": 4}, "at_ms": ..., "latency_ms": ...}]}
+     "switches": [{"from": 0, "to": 1, "modes": {"exact": 4}, "at_ms": ..., "latency_ms": ...}],
+     "skip": {"<split id>": <offset>, ...}}   # records below it were handed out already (see _held.py)
 
 A stage that keeps files of its own (the Kafka stage keeps its source's checkpoints) gets the sub-directory
 ``stage-<i>`` of the checkpoint directory. The switch writes ``stage: i+1, handover: H, snapshot: null``
@@ -21,6 +23,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,11 +48,14 @@ class HybridState:
     checkpoint_id: int = 0
     watermark: int | None = None
     switches: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    skip: Mapping[str, int] = field(default_factory=dict)
+    """Split id -> offset: after a restore, the stage's records of that split below it were handed out
+    already (a checkpoint inside the ``for`` loop, mid-batch: see :mod:`._held`). Since version 2."""
 
     def to_dict(self, seq: int) -> dict[str, Any]:
         """JSON-ready form, versioned."""
         return {
-            "v": 1,
+            "v": 2,
             "seq": seq,
             "checkpoint_id": self.checkpoint_id,
             "stages": list(self.stages),
@@ -58,16 +64,17 @@ class HybridState:
             "snapshot": self.snapshot,
             "watermark": self.watermark,
             "switches": list(self.switches),
+            "skip": dict(sorted(self.skip.items())),
         }
 
     @staticmethod
     def from_dict(doc: Any, where: str) -> HybridState:
-        """Read any known version (1); ``where`` names the file in errors."""
+        """Read any known version (1, 2); ``where`` names the file in errors."""
         if not isinstance(doc, dict):
             raise CheckpointError(f"hybrid checkpoint {where}: not a JSON object")
-        if doc.get("v") != 1:
+        if doc.get("v") not in (1, 2):
             raise CheckpointError(
-                f"hybrid checkpoint {where}: unknown version {doc.get('v')!r} (this library reads 1)"
+                f"hybrid checkpoint {where}: unknown version {doc.get('v')!r} (this library reads 1 and 2)"
             )
         try:
             handover = doc.get("handover")
@@ -81,6 +88,7 @@ class HybridState:
                 checkpoint_id=int(doc.get("checkpoint_id", 0)),
                 watermark=None if watermark is None else int(watermark),
                 switches=tuple(dict(s) for s in doc.get("switches", [])),
+                skip={str(k): int(v) for k, v in doc.get("skip", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"hybrid checkpoint {where}: malformed: {exc}") from exc

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from multicluster_source.exceptions import ConfigurationError, StreamClosedError
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.hybrid._held import Held, as_batches, iterate
 from multicluster_source.hybrid._metrics import HybridMetrics
 from multicluster_source.hybrid._stage import HybridStage, StageHandover, StageReader
 from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore
@@ -100,6 +101,7 @@ class HybridStream:
                     self._state = checked_restore(found[0], str(found[1]), names, self._name)
                     self.restored_from = str(found[1])
             self._watermark = self._state.watermark
+            self._held = Held(self._state.skip)
             state = self._state
             self._reader = self._open_stage(state.stage, state.handover, state.snapshot)
             if admin_address is not None:
@@ -145,13 +147,23 @@ class HybridStream:
         reader = self._reader
         return reader is not None and self._state.stage + 1 < len(self._stages) and reader.finished
 
-    def _take(self, take: Callable[[StageReader, float], list[_T]], what: str, timeout: float) -> list[_T]:
-        reader = self._current(what)
+    def checkpoint_if_due(self) -> None:
+        """Take the periodic checkpoint when ``checkpoint_interval`` has passed since the last one."""
         if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
             self.checkpoint()
+
+    def _take(
+        self,
+        take: Callable[[StageReader, float], list[_T]],
+        what: str,
+        timeout: float,
+        kept: Callable[[list[_T]], list[_T]],
+    ) -> list[_T]:
+        reader = self._current(what)
+        self.checkpoint_if_due()
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            out = take(reader, max(0.0, deadline - time.monotonic()))
+            out = kept(take(reader, max(0.0, deadline - time.monotonic())))
             if out:
                 self._delivered()
                 return out
@@ -178,60 +190,42 @@ class HybridStream:
     def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[SourceRecord]:
         """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds; switches to
         the next stage when the current one has finished. Raises :class:`StreamClosedError` once closed."""
-        return self._take(lambda r, left: r.poll(left, max_records), "poll()", timeout)
+        if self._held.buffer:  # taken by a for loop left early
+            self._current("poll()")
+            return self._held.take(max_records)
+        return self._take(lambda r, left: r.poll(left, max_records), "poll()", timeout, self._held.filter)
 
     def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
         """Batches of ``confluent_kafka.Message`` objects (one cluster each), as ``poll`` does records."""
-        return self._take(lambda r, left: r.poll_batches(left, max_records), "poll_batches()", timeout)
+        if self._held.buffer:
+            self._current("poll_batches()")
+            return as_batches(self._held.take(max_records))
+        take = self._held.filter_batches
+        return self._take(lambda r, left: r.poll_batches(left, max_records), "poll_batches()", timeout, take)
 
     def ready_records(self, max_records: int) -> list[SourceRecord]:
         """Records ready now, without waiting and without switching (the asyncio stream's step)."""
-        out = self._current("poll()").poll(0.0, max_records)
+        reader = self._current("poll()")
+        out = self._held.take(max_records) or self._held.filter(reader.poll(0.0, max_records))
         if out:
             self._delivered()
         return out
 
     def ready_batches(self, max_records: int) -> list[MessageBatch]:
         """Batches ready now, without waiting and without switching (the asyncio stream's step)."""
-        out = self._current("poll_batches()").poll_batches(0.0, max_records)
+        reader = self._current("poll_batches()")
+        held = self._held.take(max_records)
+        out = as_batches(held) if held else self._held.filter_batches(reader.poll_batches(0.0, max_records))
         if out:
             self._delivered()
         return out
 
     def __iter__(self) -> Iterator[SourceRecord]:
         """Every record, blocking; ends when the last stage is bounded and finished, or after ``close()``.
-        Takes one record per step, so a checkpoint in the loop covers exactly the records it got."""
+        A checkpoint in the loop covers exactly the records it got; a ``poll`` after leaving the loop
+        returns the records it took from the stage and did not hand out yet."""
         self._current("iterating")
-        return self._iterate()
-
-    def _iterate(self) -> Iterator[SourceRecord]:
-        while not self._closed:
-            own = getattr(self._reader, "iterate", None)
-            if callable(own):  # the stage's own iterator (a Kafka stage's covers what it handed out)
-                yield from self._iterate_stage(own())
-            else:
-                records = self.poll(0.5, 1)
-                if records:
-                    yield records[0]
-                    continue
-            if self.switch_due():
-                self.switch()
-            elif self.finished or self._reader is None:
-                return
-
-    def _iterate_stage(self, records: Iterator[SourceRecord]) -> Iterator[SourceRecord]:
-        interval = self._interval
-        while not self._closed:
-            if interval is not None and time.monotonic() - self._last_checkpoint >= interval:
-                self.checkpoint()  # before taking the next record: covers exactly those handed out
-            record = next(records, None)
-            if record is None:
-                return
-            if self._switched_at is not None:
-                self._delivered()
-            else:
-                self._last_record_at = time.monotonic()
-            yield record
+        return iterate(self)
 
     @property
     def finished(self) -> bool:
@@ -274,10 +268,12 @@ class HybridStream:
             "at_ms": int(time.time() * 1000),
             "latency_ms": None,
         }
+        self._held.reset()
         state = self._state.with_changes(
             stage=index + 1,
             handover=handover,
             snapshot=None,
+            skip={},
             watermark=self.watermark,
             switches=(*self._state.switches, summary),
         )
@@ -311,10 +307,10 @@ class HybridStream:
         """A checkpoint covering every record already returned and the handover into the current stage;
         returns its id once it is durable."""
         reader = self._current("checkpoint()")
-        snapshot = reader.snapshot()
+        snapshot, skip = self._held.view(reader)
         checkpoint_id = self._state.checkpoint_id + 1
         self._state = self._state.with_changes(
-            snapshot=snapshot, checkpoint_id=checkpoint_id, watermark=self.watermark
+            snapshot=snapshot, skip=skip, checkpoint_id=checkpoint_id, watermark=self.watermark
         )
         if self._store is not None:
             self._store.write(self._state)

@@ -351,3 +351,57 @@ def test_the_live_runs_watermark_never_goes_below_the_archives() -> None:
         floor.on_watermark(ms)
     assert told == [500, 700, 900]
     assert pickle.loads(pickle.dumps(WatermarkFloor(42, 1))).floor == 1
+
+
+@pytest.mark.parametrize("cut", [1, 3, 7, 10, 12, 20])
+def test_for_loop_checkpoint_mid_batch_then_restore(tmp_path: Path, cut: int) -> None:
+    """The loop takes a batch from the stage and hands it out record by record: a checkpoint after
+    ``cut`` records covers exactly those (a skip filter over the batch's earlier snapshot), twice over."""
+    ckpt = str(tmp_path / "ckpt")
+    hybrid = HybridSource.builder(_archive()).add_source(_next()).build()
+    first: list[SourceRecord] = []
+    with hybrid.open(checkpoint_dir=ckpt) as stream:
+        for record in stream:
+            first.append(record)
+            if len(first) == cut:
+                stream.checkpoint()
+                break
+    second: list[SourceRecord] = []
+    with hybrid.open(checkpoint_dir=ckpt) as again:
+        for record in again:
+            second.append(record)
+            if len(second) == 2:
+                again.checkpoint()  # the filter of the first restore may still be active: it must persist
+                break
+    with hybrid.open(checkpoint_dir=ckpt) as third:
+        rest = list(third)
+    assert sorted(_keys(first + second + rest)) == EXPECTED
+    assert len(first + second + rest) == len(EXPECTED), "a record came twice"
+
+
+def test_poll_after_leaving_the_loop_returns_what_it_held() -> None:
+    hybrid = HybridSource.builder(_archive()).add_source(_next()).build()
+    with hybrid.open() as stream:
+        got = []
+        for record in stream:
+            got.append(record)
+            break
+        got.extend(stream.poll(0.01, 2))
+        seen = [
+            (b.cluster_id, m.topic(), m.partition(), m.offset(), m.value())
+            for b in stream.poll_batches(0.01, 3)
+            for m in b
+        ]
+        got.extend(SourceRecord(c, t, p, o, None, None, v, None) for c, t, p, o, v in seen)
+        got.extend(_drain(stream))
+    assert sorted(_keys(got)) == EXPECTED and len(got) == len(EXPECTED)
+    assert [r.value for r in got if r.split_id == "c/t/0"][:3] == [b"c/t/0:0", b"c/t/0:1", b"c/t/0:2"]
+
+
+def test_state_version_2_carries_the_skip_filter(tmp_path: Path) -> None:
+    store = HybridStateStore(tmp_path)
+    store.write(HybridState(stages=("a", "b"), snapshot={"v": 1, "next": {}}, skip={"c/t/0": 3}))
+    found = store.latest()
+    assert found is not None and found[0].skip == {"c/t/0": 3}
+    doc = json.loads(found[1].read_text())
+    assert doc["v"] == 2 and doc["skip"] == {"c/t/0": 3}
