@@ -14,6 +14,7 @@ Caller's thread only (the hybrid stream's).
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
@@ -72,7 +73,7 @@ class Held:
 
     def start_batch(self, pre: dict[str, Any] | None) -> None:
         """A batch is about to be polled; ``pre`` covers everything before it (None: the stage's start)."""
-        self._pre = pre
+        self._pre = copy.deepcopy(pre)  # the reader's later state must not show through
         self._pre_skip = dict(self.skip)
 
     def take(self, max_records: int) -> list[SourceRecord]:
