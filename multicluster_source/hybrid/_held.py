@@ -148,6 +148,7 @@ def iterate(stream: _Stream) -> Iterator[SourceRecord]:
                 held.start_batch(None)
             held.buffer.extend(records)
         while held.buffer and not stream._closed:
+            stream.checkpoint_if_due()  # mid-batch too: it covers exactly the records handed out
             yield held.take(1)[0]
         if stream.switch_due():
             stream.switch()
