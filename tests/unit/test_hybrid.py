@@ -428,3 +428,71 @@ def test_periodic_checkpoints_inside_the_loop_cover_exactly_what_it_got(tmp_path
     assert len(first) + len(rest) - len(expected) <= 1, (
         "more came again than the records after the checkpoint"
     )
+
+
+class _LaggingEnd:
+    """A stage whose reader notices its end only on a poll after its last record (as readers with threads
+    do): the hybrid for loop then switches inside its poll and holds the next stage's first batch."""
+
+    def __init__(self, inner: InMemoryArchiveStage) -> None:
+        self.inner, self.bounded, self.name = inner, True, inner.name
+
+    def open_stage(self, **kwargs: Any) -> Any:
+        reader = self.inner.open_stage(**kwargs)
+        ended = {"seen": False}
+        poll = reader.poll
+
+        def lagging_poll(timeout: float, max_records: int) -> list[SourceRecord]:
+            out = poll(timeout, max_records)
+            ended["seen"] = not out
+            return out
+
+        reader.poll = lagging_poll  # type: ignore[method-assign]
+        return _Lagging(reader, ended)
+
+
+class _Lagging:
+    def __init__(self, reader: Any, ended: dict[str, bool]) -> None:
+        self._reader, self._ended = reader, ended
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._reader.finished and self._ended["seen"])
+
+
+class _WithIterator:
+    """A stage whose reader has its own iterator (as a Kafka stage's)."""
+
+    def __init__(self, inner: InMemoryArchiveStage) -> None:
+        self.inner, self.bounded, self.name = inner, True, inner.name
+
+    def open_stage(self, **kwargs: Any) -> Any:
+        reader = self.inner.open_stage(**kwargs)
+
+        def iterate() -> Any:
+            while not reader.finished:
+                yield from reader.poll(0, 1)
+
+        reader.iterate = iterate  # type: ignore[attr-defined]
+        return reader
+
+
+@pytest.mark.parametrize("cut", [11, 13, 16])
+def test_checkpoint_in_the_next_stages_first_batch_then_restore(tmp_path: Path, cut: int) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    hybrid = HybridSource.builder(_LaggingEnd(_archive())).add_source(_WithIterator(_next())).build()
+    first: list[SourceRecord] = []
+    with hybrid.open(checkpoint_dir=ckpt) as stream:
+        for record in stream:
+            first.append(record)
+            if len(first) == cut:  # the archive has 10: these came in the next stage's first batch
+                assert stream.stage == 1 and stream._held.buffer
+                stream.checkpoint()
+                break
+    with hybrid.open(checkpoint_dir=ckpt) as again:
+        rest = list(again)
+    assert sorted(_keys(first + rest)) == EXPECTED
+    assert len(first) + len(rest) == len(EXPECTED), "a record the checkpoint covered came again"
