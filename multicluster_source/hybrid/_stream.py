@@ -242,8 +242,8 @@ class HybridStream:
     def watermark(self) -> int | None:
         """The watermark in ms of the records returned so far: the stage's own, never going back (also
         across a switch, when the next stage has none yet); None until a stage has one."""
-        reader = self._reader
-        current = None if reader is None or self._closed else reader.watermark
+        reader = self._reader  # while the for loop holds records, the stage's watermark is ahead of them
+        current = None if reader is None or self._closed or self._held.buffer else reader.watermark
         if current is not None and (self._watermark is None or current > self._watermark):
             self._watermark = current
         return self._watermark

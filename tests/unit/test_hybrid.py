@@ -496,3 +496,13 @@ def test_checkpoint_in_the_next_stages_first_batch_then_restore(tmp_path: Path, 
         rest = list(again)
     assert sorted(_keys(first + rest)) == EXPECTED
     assert len(first) + len(rest) == len(EXPECTED), "a record the checkpoint covered came again"
+
+
+def test_the_watermark_covers_only_records_handed_out_by_the_loop() -> None:
+    records = {"c/t/0": [SourceRecord("c", "t", 0, i, 100 * i, None, b"v", None) for i in range(20)]}
+    stage = InMemoryArchiveStage(records, out_of_orderness_ms=0)
+    with HybridSource.builder(stage).build().open() as stream:
+        for record in stream:
+            mark = stream.watermark
+            assert mark is None or mark <= (record.timestamp or 0), "the watermark ran ahead of the records"
+        assert stream.watermark == 1900
