@@ -218,8 +218,10 @@ def _lines(path: Path) -> list[tuple[int, int, int]]:
     return out
 
 
-def _start(cluster: Cluster, topic: str, ckpt: Path, out: Path, pause: str | None) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _start(
+    cluster: Cluster, topic: str, ckpt: Path, out: Path, pause: str | None, loop: str = "poll"
+) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LOOP=loop)
     env.pop("PAUSE_AT", None)
     if pause is not None:
         env["PAUSE_AT"] = pause
@@ -434,3 +436,40 @@ def test_timestamp_handover_from_an_archive_without_offsets(kafka_cluster: Clust
     assert offsets == list(range(50)) + list(range(49, 100))
     assert h["handover"]["timestamp_ms"] == base + 490
     assert h["splits"][f"c/{topic}/0"]["start"] == "timestamp"
+
+
+def test_kill_9_mid_archive_in_the_for_loop(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    """The for loop takes the archive in batches and checkpoints inside them: after kill -9 the restart
+    re-reads nothing the last checkpoint covered (its snapshot and skip offsets) and loses nothing."""
+    topic = kafka_cluster.create_topic("hykf", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(500), partition=p)
+    produced = {(p, o) for p in (0, 1) for o in range(500)}
+    ckpt, out1, out2 = tmp_path / "ckpt", tmp_path / "run1.txt", tmp_path / "run2.txt"
+    job = _start(kafka_cluster, topic, ckpt, out1, None, loop="for")
+    try:
+        assert wait_for(lambda: len(_lines(out1)) >= 250 and any(ckpt.glob("hybrid-*.json")), 60), (
+            out1.with_suffix(".log").read_text()[-3000:]
+        )
+    finally:
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait(30)
+    first = _lines(out1)
+    newest = json.loads(sorted(ckpt.glob("hybrid-*.json"))[-1].read_text())
+    assert newest["stage"] == 0 and len(first) < 600, "the job must be killed in the archive"
+    covered = {}
+    for split, index in (newest["snapshot"] or {"next": {}})["next"].items():
+        covered[int(split.rsplit("/", 1)[1])] = max(index, newest["skip"].get(split, 0))
+    assert {(p, o) for _, p, o in first} >= {(p, o) for p, n in covered.items() for o in range(n)}
+    job = _start(kafka_cluster, topic, ckpt, out2, None, loop="for")
+    try:
+        assert wait_for(lambda: produced <= {(p, o) for _, p, o in first + _lines(out2)}, 60), (
+            "records were lost: " + out2.with_suffix(".log").read_text()[-3000:]
+        )
+    finally:
+        job.terminate()
+        job.wait(30)
+    second = _lines(out2)
+    again = [(p, o) for _, p, o in second if o < covered.get(p, 0)]
+    assert not again, f"records the checkpoint covered came again: {again[:5]}"
+    assert len(second) == len({(p, o) for _, p, o in second})

@@ -1,7 +1,8 @@
 """A job for the hybrid crash test: an in-memory archive of the first ARCHIVED records of each partition,
 then the live topic, with periodic checkpoints; appends ``<stage> <partition>:<offset>`` per record to a file.
 
-With ``PAUSE_AT`` set to a switch step (finished, written, closed, opened) the job writes ``<out>.paused``
+With ``LOOP=for`` it reads with the ``for`` loop (a line per record, written before the next is taken,
+so a checkpoint inside the loop never covers a record without its line). With ``PAUSE_AT`` set to a switch step (finished, written, closed, opened) the job writes ``<out>.paused``
 at that step and sleeps there, so the test can ``kill -9`` it exactly between two steps of the switch.
 Each poll's lines are written with one unbuffered ``os.write`` before the next poll (where the periodic
 checkpoint happens), so a kill never loses a line for a record a checkpoint covers.
@@ -55,6 +56,10 @@ def main() -> None:
     hybrid._switch_hook = hook
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     with hybrid.open(parallelism=2, checkpoint_dir=checkpoint_dir, checkpoint_interval=0.05) as stream:
+        if os.environ.get("LOOP") == "for":  # the for loop: one line per record, before the next is taken
+            for r in stream:
+                os.write(fd, f"{stream.stage} {r.partition}:{r.offset}\n".encode())
+                time.sleep(0.001)
         while True:
             records = stream.poll(timeout=0.2, max_records=50)
             if records:
