@@ -144,6 +144,23 @@ def restored_positions(
     raise CheckpointError(f"{name} stage snapshot has version {version!r}; this library reads 1 and 2")
 
 
+def starting_state(
+    name: str, restored: Mapping[str, Any] | None, start: StageHandover | None
+) -> tuple[dict[str, SplitPosition], dict[str, int]]:
+    """Split positions to go on from, and per split the offset before which records are not returned
+    again. A position handed over by the previous stage is carried (a split this stage holds nothing more
+    of hands the same position on)."""
+    positions, offsets = restored_positions(name, restored)
+    skip_before = dict(start.positions) if start is not None else {}
+    skip_before.update(offsets)
+    if restored is None and start is not None:
+        for split, offset in start.positions.items():
+            positions[split] = SplitPosition(None, 0, offset, start.modes.get(split, "exact"))
+    for split, offset in offsets.items():
+        positions.setdefault(split, SplitPosition(None, 0, offset, "estimated"))
+    return positions, skip_before
+
+
 class ArchiveStageReader:
     """A bounded stage's reader over :class:`SplitProducer` objects, one per split."""
 
@@ -169,6 +186,7 @@ class ArchiveStageReader:
         self._piece: Piece | None = None
         self._taken = 0
         self._closed = False
+        self._error: BaseException | None = None  # a reader's failure, raised again on every poll
         todo = [s for s in sorted(producers) if not self._positions.get(s, SplitPosition()).done]
         self._open_splits = set(todo)
         self._threads = [
@@ -217,11 +235,14 @@ class ArchiveStageReader:
             return None
         if isinstance(item, _Failure):
             self._stop.set()
+            self._error = item.error
             raise item.error
         return item
 
     def poll(self, timeout: float, max_records: int) -> list[SourceRecord]:
         """Up to ``max_records`` records, waiting up to ``timeout`` seconds for the first."""
+        if self._error is not None:
+            raise self._error
         out: list[SourceRecord] = []
         wait: float | None = timeout
         while len(out) < max_records and self._open_splits:

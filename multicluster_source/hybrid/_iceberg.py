@@ -32,7 +32,7 @@ from multicluster_source.hybrid._archive_reader import (
     ArchiveStageReader,
     Piece,
     SplitPosition,
-    restored_positions,
+    starting_state,
 )
 from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
@@ -96,9 +96,7 @@ class KafkaIcebergSource:
             from pyiceberg.expressions import EqualTo  # noqa: F401 - checks the extra is there
         except ImportError as e:
             raise missing_extra("pyiceberg", "iceberg") from e
-        positions, offsets = restored_positions(self._name, restored)
-        skip_before = dict(start.positions) if start is not None else {}
-        skip_before.update(offsets)
+        positions, skip_before = starting_state(self._name, restored, start)
         pinned: dict[str, int | None] = dict((restored or {}).get("extra", {}).get("snapshots", {}))
         producers: dict[str, _TableSplit] = {}
         duplicates: list[str] = []

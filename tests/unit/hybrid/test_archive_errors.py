@@ -40,6 +40,13 @@ def test_malformed_json_line_names_the_file_and_the_record(tmp_path: Path) -> No
         drain(open_reader(KafkaArchiveSource({"east": str(tmp_path)})))
     assert info.value.path == str(files[1]) and info.value.line == 4
     assert isinstance(info.value, MultiClusterSourceError)
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}))
+    with pytest.raises(ArchiveError):
+        while not reader.finished:
+            reader.poll(1.0, 1000)
+    with pytest.raises(ArchiveError, match="record 4"):  # raised again, not an empty poll
+        reader.poll(0.1, 10)
+    reader.close()
 
 
 @pytest.mark.parametrize("fmt", ["avro", "parquet"])

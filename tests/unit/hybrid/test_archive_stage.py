@@ -289,3 +289,28 @@ def test_deserializer_topics_and_configuration_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="on_error"):
         KafkaArchiveSource({"east": str(tmp_path)}, on_error="ignore")
     assert KafkaArchiveSource({"east": str(tmp_path)}).bounded
+
+
+def test_positions_handed_over_by_a_previous_stage_are_carried_on(tmp_path: Path) -> None:
+    log = kafka_log(40)
+    write_archive(tmp_path, "orders", 0, log, flush_size=20, offset_field="__offset")
+    write_archive(tmp_path, "orders", 1, log, flush_size=20, offset_field="__offset")
+    start = StageHandover(
+        {"east/orders/0": 10, "east/orders/1": 500, "east/other/0": 7},
+        {"east/orders/0": "exact", "east/orders/1": "exact", "east/other/0": "estimated"},
+    )
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, offset_field="__offset"), start=start)
+    got = by_split(drain(reader))
+    handover = reader.handover()
+    reader.close()
+    assert [r.offset for r in got["east/orders/0"]] == list(range(10, 40))
+    assert "east/orders/1" not in got  # everything archived is before 500
+    assert handover.positions == {"east/orders/0": 40, "east/orders/1": 500, "east/other/0": 7}
+    assert handover.modes["east/other/0"] == "estimated"
+    again = open_reader(
+        KafkaArchiveSource({"east": str(tmp_path)}, offset_field="__offset"),
+        start=start,
+        restored=reader.snapshot(),
+    )
+    assert drain(again) == [] and again.handover() == handover
+    again.close()
