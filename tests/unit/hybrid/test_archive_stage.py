@@ -314,3 +314,32 @@ def test_positions_handed_over_by_a_previous_stage_are_carried_on(tmp_path: Path
     )
     assert drain(again) == [] and again.handover() == handover
     again.close()
+
+
+def test_key_and_header_files_in_parquet_and_json_as_the_sinks_write_them(tmp_path: Path) -> None:
+    import json as jsonlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = kafka_log(6, headers=True)
+    files = write_archive(tmp_path, "orders", 0, log, fmt="parquet")
+    stem = str(files[0])[: -len(".snappy.parquet")]
+    # keys.format.class=ParquetFormat: the key in a struct field "key"; headers in a field "headers"
+    pq.write_table(pa.table({"key": [r.key for r in log]}), stem + ".keys.snappy.parquet")
+    headers = [[{"key": k, "value": v} for k, v in r.headers] for r in log]
+    pq.write_table(pa.table({"headers": headers}), stem + ".headers.snappy.parquet")
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, format="parquet"))
+    got = drain(reader)
+    reader.close()
+    assert [r.key for r in got] == [r.key.encode() for r in log]
+    assert [r.headers for r in got] == [[(k, v.encode()) for k, v in r.headers] for r in log]
+    # keys.format.class=JsonFormat: one JSON key per line; a struct key becomes compact JSON bytes
+    json_root = tmp_path / "json"
+    files = write_archive(json_root, "orders", 0, log)
+    keys = b"".join(jsonlib.dumps({"id": r.offset, "k": r.key}).encode() + b"\n" for r in log)
+    Path(str(files[0])[: -len(".json")] + ".keys.json").write_bytes(keys)
+    reader = open_reader(KafkaArchiveSource({"east": str(json_root)}))
+    got = drain(reader)
+    reader.close()
+    assert got[2].key == b'{"id":2,"k":"k2"}'
