@@ -33,12 +33,8 @@ from multicluster_source.hybrid._archive_layout import (
     discover,
     open_root,
 )
-from multicluster_source.hybrid._archive_reader import (
-    ArchiveStageReader,
-    Piece,
-    SplitPosition,
-    starting_state,
-)
+from multicluster_source.hybrid._archive_pieces import Piece, SplitPosition, starting_state
+from multicluster_source.hybrid._archive_reader import ArchiveStageReader
 from multicluster_source.hybrid._archive_rows import rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
 

@@ -120,11 +120,11 @@ def archived_records(
 class RowColumns:
     """The columns of one Arrow record batch, each turned into a Python list on first use."""
 
-    __slots__ = ("_batch", "_lists", "count", "index", "names")
+    __slots__ = ("_lists", "batch", "count", "index", "names")
 
     def __init__(self, batch: Any) -> None:
         """Columns of ``batch`` (a ``pyarrow.RecordBatch``)."""
-        self._batch = batch
+        self.batch = batch
         self.count: int = batch.num_rows
         self.names: tuple[str, ...] = tuple(batch.schema.names)
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -134,7 +134,7 @@ class RowColumns:
         """The Python values of column ``position``."""
         values = self._lists[position]
         if values is None:
-            values = self._batch.column(position).to_pylist()
+            values = self.batch.column(position).to_pylist()
             self._lists[position] = values
         return values
 

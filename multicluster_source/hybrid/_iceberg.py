@@ -28,12 +28,8 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.hybrid._archive import ON_ERROR, _ms
 from multicluster_source.hybrid._archive_formats import CHUNK
 from multicluster_source.hybrid._archive_layout import ArchiveError, missing_extra
-from multicluster_source.hybrid._archive_reader import (
-    ArchiveStageReader,
-    Piece,
-    SplitPosition,
-    starting_state,
-)
+from multicluster_source.hybrid._archive_pieces import Piece, SplitPosition, starting_state
+from multicluster_source.hybrid._archive_reader import ArchiveStageReader
 from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
 

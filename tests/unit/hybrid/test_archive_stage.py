@@ -343,3 +343,23 @@ def test_key_and_header_files_in_parquet_and_json_as_the_sinks_write_them(tmp_pa
     got = drain(reader)
     reader.close()
     assert got[2].key == b'{"id":2,"k":"k2"}'
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_poll_columns_hands_out_columns_with_the_same_positions(tmp_path: Path, fmt: str) -> None:
+    log = kafka_log(50, gaps="compacted")
+    write_archive(tmp_path, "orders", 0, log, fmt=fmt, flush_size=20, offset_field="__offset", keys=True)
+    source = KafkaArchiveSource({"east": str(tmp_path)}, format=fmt, offset_field="__offset")
+    reader = open_reader(source)
+    parts = reader.poll_columns(1.0, 15)
+    assert sum(map(len, parts)) == 15 and parts[0].split_id == "east/orders/0"
+    assert list(parts[0].offsets) == [r.offset for r in log[:15]]
+    assert list(parts[0].keys) == [r.key.encode() for r in log[:15]]
+    if fmt == "parquet":
+        assert parts[0].values is None and parts[0].batch.column("id").to_pylist() == list(range(15))
+    else:
+        assert parts[0].batch is None and [v["id"] for v in parts[0].values] == list(range(15))
+    assert reader.positions() == {"east/orders/0": log[14].offset + 1}
+    rest = drain(reader)  # records go on right after the columns
+    reader.close()
+    assert [r.offset for r in rest] == [r.offset for r in log[15:]]
