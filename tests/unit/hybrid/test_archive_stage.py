@@ -363,3 +363,16 @@ def test_poll_columns_hands_out_columns_with_the_same_positions(tmp_path: Path, 
     rest = drain(reader)  # records go on right after the columns
     reader.close()
     assert [r.offset for r in rest] == [r.offset for r in log[15:]]
+
+
+def test_json_values_in_the_converters_schema_envelope_are_unwrapped(tmp_path: Path) -> None:
+    import json as jsonlib
+
+    directory = tmp_path / "orders" / "partition=0"
+    directory.mkdir(parents=True)
+    lines = [{"schema": {"type": "struct"}, "payload": {"id": i, "__offset": 5 + 2 * i}} for i in range(3)]
+    (directory / "orders+0+0000000005.json").write_text("".join(jsonlib.dumps(v) + "\n" for v in lines))
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, offset_field="__offset"))
+    got = drain(reader)
+    reader.close()
+    assert [(r.value["id"], r.offset) for r in got] == [(0, 5), (1, 7), (2, 9)]
