@@ -89,8 +89,10 @@ def test_missing_partition_directory_is_named(tmp_path: Path, caplog: pytest.Log
 
 
 def test_a_root_that_does_not_exist_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ArchiveError, match="does not exist"):
+    with pytest.raises(ArchiveError, match="nope: does not exist"):
         open_reader(KafkaArchiveSource({"east": str(tmp_path / "nope")}))
+    with pytest.raises(ArchiveError, match="nope: does not exist"):
+        open_reader(KafkaArchiveSource({"east": str(tmp_path / "nope")}, topics=["orders"]))
 
 
 def test_s3_files_that_overlap_are_named(tmp_path: Path) -> None:
@@ -193,3 +195,13 @@ except ConfigurationError as e:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'multicluster-kafka-source[archive]'" in out and "pyarrow" in out
     assert issubclass(ConfigurationError, ValueError)
+
+
+def test_a_topic_asked_for_but_not_archived_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_archive(tmp_path, "orders", 0, kafka_log(10))
+    with caplog.at_level(logging.WARNING):
+        got = drain(open_reader(KafkaArchiveSource({"east": str(tmp_path)}, topics=["orders", "refunds"])))
+    assert len(got) == 10
+    assert any("holds no topic refunds" in r.getMessage() for r in caplog.records)
