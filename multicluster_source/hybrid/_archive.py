@@ -33,12 +33,8 @@ from multicluster_source.hybrid._archive_layout import (
     discover,
     open_root,
 )
-from multicluster_source.hybrid._archive_reader import (
-    ArchiveStageReader,
-    Piece,
-    SplitPosition,
-    restored_positions,
-)
+from multicluster_source.hybrid._archive_pieces import Piece, SplitPosition, starting_state
+from multicluster_source.hybrid._archive_reader import ArchiveStageReader
 from multicluster_source.hybrid._archive_rows import rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
 
@@ -115,9 +111,7 @@ class KafkaArchiveSource:
         work_dir: str | None,
     ) -> StageReader:
         """List every root (errors about the layout are raised here) and start the reader threads."""
-        positions, offsets = restored_positions(self._name, restored)
-        skip_before = dict(start.positions) if start is not None else {}
-        skip_before.update(offsets)
+        positions, skip_before = starting_state(self._name, restored, start)
         producers: dict[str, _FileSplit] = {}
         skipped: list[str] = []
         ignored: list[str] = []
@@ -141,7 +135,7 @@ class KafkaArchiveSource:
                 len(splits),
             )
         for split_id, position in positions.items():
-            if split_id not in producers and not position.done:
+            if split_id not in producers and position.file is not None and not position.done:
                 raise CheckpointError(
                     f"{self._name} stage: checkpointed split {split_id} is not in the archive any more"
                 )
@@ -206,7 +200,9 @@ class _FileSplit:
                 )
             first, skip = names.index(start.file), start.record
             skip_before = None
-        last_offset = -1 if start is None or start.next_offset is None else start.next_offset - 1
+        last_offset = -1
+        if start is not None and start.file is not None and start.next_offset is not None:
+            last_offset = start.next_offset - 1
         for i in range(first, len(self._files)):
             file = self._files[i]
             following = self._files[i + 1].start if i + 1 < len(self._files) else None

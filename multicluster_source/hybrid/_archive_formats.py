@@ -1,7 +1,8 @@
 """Reading one archived file in chunks, as the sinks' format classes wrote it.
 
-- ``jsonl`` (``JsonFormat``): one JSON value per line (``JsonConverter`` without schemas), ``.json`` or
-  ``.json.gz``; a value is what ``json.loads`` gives.
+- ``jsonl`` (``JsonFormat``): one JSON value per line, ``.json`` or ``.json.gz``; a value is what
+  ``json.loads`` gives, the ``payload`` of ``JsonConverter``'s ``{"schema", "payload"}`` envelope where the
+  converter had schemas enabled.
 - ``avro`` (``AvroFormat``): an Avro object container file, read with fastavro; a value is fastavro's
   datum (a dict for a record schema).
 - ``parquet`` (``ParquetFormat``): read as Arrow record batches (never row by row); a value is an
@@ -79,9 +80,13 @@ def _jsonl(fs: Any, path: str) -> Iterator[Any]:
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            value = json.loads(line)
         except ValueError as e:
             raise ArchiveError(f"malformed JSON line: {e}", path=path, line=number) from e
+        # JsonConverter with schemas.enable=true wraps each value: {"schema": ..., "payload": ...}
+        if type(value) is dict and len(value) == 2 and "payload" in value and "schema" in value:
+            value = value["payload"]
+        yield value
 
 
 def _avro(fs: Any, path: str) -> Iterator[Any]:

@@ -138,13 +138,13 @@ def open_root(cluster_id: str, url: str) -> Root:
     return Root(cluster_id, url, fs, path.rstrip("/") or "/")
 
 
-def _listing(root: Root, path: str) -> list[Any]:
+def _listing(root: Root, path: str, *, recursive: bool = True) -> list[Any]:
     from pyarrow import fs as pafs
 
     try:
-        return list(root.fs.get_file_info(pafs.FileSelector(path, recursive=True)))
+        return list(root.fs.get_file_info(pafs.FileSelector(path, recursive=recursive)))
     except FileNotFoundError as e:
-        raise ArchiveError("the archive root does not exist", path=root.url) from e
+        raise ArchiveError("does not exist", path=path if path != root.path else root.url) from e
 
 
 def discover(
@@ -154,7 +154,16 @@ def discover(
     that were left out (of another format), each logged; and of missing partition directories (only with
     ``on_error="skip"``, each logged). Raises :class:`ArchiveError` on files
     that overlap, a file in the wrong partition directory, or a missing partition directory."""
-    infos = _listing(root, root.path)
+    if topics is None:
+        infos = _listing(root, root.path)
+    else:  # only the topics asked for: on an object store, listing the whole root can be long
+        _listing(root, root.path, recursive=False)
+        infos = []
+        for topic in sorted(topics):
+            try:
+                infos.extend(_listing(root, f"{root.path.rstrip('/')}/{topic}"))
+            except ArchiveError:
+                log.warning("cluster=%s: the archive %s holds no topic %s", root.cluster_id, root.url, topic)
     base = root.path.rstrip("/") + "/"
     values: dict[tuple[str, int], list[ArchiveFile]] = defaultdict(list)
     views: dict[str, str] = {}  # "<dir>/<stem>|keys" -> path

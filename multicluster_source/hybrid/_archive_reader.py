@@ -20,128 +20,30 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Message
 
-from multicluster_source.exceptions import CheckpointError
-from multicluster_source.framework._records import Headers, MessageBatch, SourceRecord
-from multicluster_source.hybrid._archive_rows import RowColumns, archived_records
+from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.hybrid._archive_pieces import (
+    SNAPSHOT_VERSION,
+    ArchivedColumns,
+    Piece,
+    SplitPosition,
+    SplitProducer,
+)
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
 
 log = logging.getLogger("multicluster_source.hybrid.archive")
 
-SNAPSHOT_VERSION = 2
 _QUEUE_PIECES_PER_READER = 4
-
-
-@dataclass(frozen=True)
-class SplitPosition:
-    """Where a split is: ``record`` records of ``file`` returned, ``next_offset`` after the last one."""
-
-    file: str | None = None
-    record: int = 0
-    next_offset: int | None = None
-    mode: HandoverMode = "estimated"
-    done: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (inside a versioned snapshot)."""
-        return {
-            "file": self.file,
-            "record": self.record,
-            "next_offset": self.next_offset,
-            "mode": self.mode,
-            "done": self.done,
-        }
-
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> SplitPosition:
-        """The form :meth:`to_dict` wrote."""
-        nxt = data.get("next_offset")
-        return SplitPosition(
-            data.get("file"),
-            int(data.get("record", 0)),
-            None if nxt is None else int(nxt),
-            data.get("mode", "estimated"),
-            bool(data.get("done", False)),
-        )
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Records of one split, all from one file, from record ``position`` of that file on, as columns: the
-    caller thread makes records of the part it returns (:meth:`records`), so only records a caller holds
-    are alive. A piece with ``done`` set and no offsets ends its split."""
-
-    split_id: str
-    file: str | None
-    position: int
-    exact_from: int  # records i >= exact_from carry offsets known exactly
-    cluster_id: str = ""
-    topic: str = ""
-    partition: int = 0
-    offsets: list[int] = field(default_factory=list)
-    timestamps: list[int | None] | None = None
-    keys: list[bytes | None] | None = None
-    headers: list[Headers] | None = None
-    values: list[Any] | None = None  # record i's value; None: row base + i of rows
-    rows: RowColumns | None = None
-    base: int = 0
-    done: bool = False
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def records(self, lo: int, hi: int) -> list[SourceRecord]:
-        """Records ``lo`` to ``hi`` of the piece."""
-        return archived_records(
-            self.cluster_id,
-            self.topic,
-            self.partition,
-            self.offsets,
-            self.timestamps,
-            self.keys,
-            self.values,
-            self.headers,
-            lo,
-            hi,
-            self.rows,
-            self.base,
-        )
 
 
 @dataclass(frozen=True)
 class _Failure:
     error: BaseException
-
-
-class SplitProducer(Protocol):
-    """Reads one split (called from a reader thread)."""
-
-    def pieces(
-        self, start: SplitPosition | None, skip_before: int | None, stop: threading.Event
-    ) -> Iterator[Piece]:
-        """The split's pieces from ``start`` (a snapshot's position) or else from the first record that may
-        have offset ``skip_before`` or later (None: from the beginning); ends with a ``done`` piece."""
-        ...
-
-
-def restored_positions(
-    name: str, restored: Mapping[str, Any] | None
-) -> tuple[dict[str, SplitPosition], dict[str, int]]:
-    """Split positions (version 2) or bare next offsets (version 1) from a snapshot."""
-    if restored is None:
-        return {}, {}
-    version = restored.get("v")
-    if version == 1:
-        return {}, {str(k): int(v) for k, v in restored.get("positions", {}).items()}
-    if version == SNAPSHOT_VERSION:
-        splits = restored.get("splits", {})
-        return {str(k): SplitPosition.from_dict(v) for k, v in splits.items()}, {}
-    raise CheckpointError(f"{name} stage snapshot has version {version!r}; this library reads 1 and 2")
 
 
 class ArchiveStageReader:
@@ -169,6 +71,7 @@ class ArchiveStageReader:
         self._piece: Piece | None = None
         self._taken = 0
         self._closed = False
+        self._error: BaseException | None = None  # a reader's failure, raised again on every poll
         todo = [s for s in sorted(producers) if not self._positions.get(s, SplitPosition()).done]
         self._open_splits = set(todo)
         self._threads = [
@@ -217,16 +120,20 @@ class ArchiveStageReader:
             return None
         if isinstance(item, _Failure):
             self._stop.set()
+            self._error = item.error
             raise item.error
         return item
 
-    def poll(self, timeout: float, max_records: int) -> list[SourceRecord]:
-        """Up to ``max_records`` records, waiting up to ``timeout`` seconds for the first."""
-        out: list[SourceRecord] = []
+    def _take(self, timeout: float, max_records: int) -> list[tuple[Piece, int, int]]:
+        """Parts ``(piece, lo, hi)`` of up to ``max_records`` records, positions moved past them."""
+        if self._error is not None:
+            raise self._error
+        parts: list[tuple[Piece, int, int]] = []
+        count = 0
         wait: float | None = timeout
-        while len(out) < max_records and self._open_splits:
+        while count < max_records and self._open_splits:
             if self._piece is None:
-                self._piece = self._next_piece(wait if not out else None)
+                self._piece = self._next_piece(wait if not parts else None)
                 self._taken = 0
                 if self._piece is None:
                     break
@@ -236,16 +143,30 @@ class ArchiveStageReader:
                 self._finish(piece.split_id)
                 self._piece = None
                 continue
-            end = min(len(piece), self._taken + max_records - len(out))
-            if out:
-                out.extend(piece.records(self._taken, end))
-            else:
-                out = piece.records(self._taken, end)
+            end = min(len(piece), self._taken + max_records - count)
+            parts.append((piece, self._taken, end))
+            count += end - self._taken
             self._taken = end
             self._advance(piece, end)
             if end == len(piece):
                 self._piece = None
+        return parts
+
+    def poll(self, timeout: float, max_records: int) -> list[SourceRecord]:
+        """Up to ``max_records`` records, waiting up to ``timeout`` seconds for the first."""
+        parts = self._take(timeout, max_records)
+        if len(parts) == 1:
+            piece, lo, hi = parts[0]
+            return piece.records(lo, hi)
+        out: list[SourceRecord] = []
+        for piece, lo, hi in parts:
+            out.extend(piece.records(lo, hi))
         return out
+
+    def poll_columns(self, timeout: float, max_records: int) -> list[ArchivedColumns]:
+        """The same as :meth:`poll`, as columns: no object per record (Parquet: Arrow batch slices).
+        Positions, snapshots and the handover cover them as they cover records."""
+        return [piece.columns(lo, hi) for piece, lo, hi in self._take(timeout, max_records)]
 
     def _advance(self, piece: Piece, end: int) -> None:
         self._positions[piece.split_id] = SplitPosition(

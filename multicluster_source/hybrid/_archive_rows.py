@@ -9,15 +9,19 @@ is a single ``tuple.__new__`` in a ``map``. It compares, hashes, prints and pick
 A Parquet value is a row of columns: :class:`ArchivedRow` is a read-only mapping over one row of an Arrow
 record batch, a ``(columns, index)`` tuple; a column is turned into Python objects once per batch, the
 first time any row of the batch asks for it. ``dict(row)`` gives a plain dict, ``row == {...}`` compares
-as one, and a pickled row is a dict. Measured here (2 cores, gc enabled), a 5-column row costs about a
-tenth of a plain dict built eagerly per record.
+as one, and a pickled row is a dict. A row is made with its record (one small tuple, by a C-level ``map``):
+a property making it when ``value`` is read costs a Python call per record, more than the tuple.
+
+What remains per record is two small tuples (record and row) and the ints of its offset and timestamp;
+measured here, that and the garbage collector's work on them are most of the stage's cost per record, as
+making records is on the live path (benchmarks/bench_hybrid.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice, repeat
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from multicluster_source.framework._records import Headers, SourceRecord
 
@@ -116,11 +120,11 @@ def archived_records(
 class RowColumns:
     """The columns of one Arrow record batch, each turned into a Python list on first use."""
 
-    __slots__ = ("_batch", "_lists", "count", "index", "names")
+    __slots__ = ("_lists", "batch", "count", "index", "names")
 
     def __init__(self, batch: Any) -> None:
         """Columns of ``batch`` (a ``pyarrow.RecordBatch``)."""
-        self._batch = batch
+        self.batch = batch
         self.count: int = batch.num_rows
         self.names: tuple[str, ...] = tuple(batch.schema.names)
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -130,12 +134,9 @@ class RowColumns:
         """The Python values of column ``position``."""
         values = self._lists[position]
         if values is None:
-            values = self._batch.column(position).to_pylist()
+            values = self.batch.column(position).to_pylist()
             self._lists[position] = values
         return values
-
-
-_MISSING: Final = object()
 
 
 class ArchivedRow(tuple):  # type: ignore[type-arg]

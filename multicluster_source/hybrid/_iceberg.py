@@ -28,12 +28,8 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.hybrid._archive import ON_ERROR, _ms
 from multicluster_source.hybrid._archive_formats import CHUNK
 from multicluster_source.hybrid._archive_layout import ArchiveError, missing_extra
-from multicluster_source.hybrid._archive_reader import (
-    ArchiveStageReader,
-    Piece,
-    SplitPosition,
-    restored_positions,
-)
+from multicluster_source.hybrid._archive_pieces import Piece, SplitPosition, starting_state
+from multicluster_source.hybrid._archive_reader import ArchiveStageReader
 from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
 
@@ -45,7 +41,9 @@ class KafkaIcebergSource:
 
     ``tables``: cluster id -> a pyiceberg ``Table`` (or several) holding that cluster's records, e.g.
     ``{"east": catalog.load_table("db.orders")}``. ``metadata_field``: the transform's ``field_name``
-    (the columns are ``<metadata_field>_topic``, ``_partition``, ``_offset``, ``_timestamp``). ``topics``:
+    (the columns are ``<metadata_field>_topic``, ``_partition``, ``_offset``, ``_timestamp``; with
+    ``nested=True``, as the transform's ``nested=true`` writes them, the fields ``topic``, ``partition``,
+    ``offset``, ``timestamp`` of one struct column ``<metadata_field>``). ``topics``:
     the topics to read (default: every topic in the tables). ``deserializer``: applied to each value (an
     :class:`ArchivedRow` of the table's other columns).
     """
@@ -55,6 +53,7 @@ class KafkaIcebergSource:
         tables: Mapping[str, Any],
         *,
         metadata_field: str = "_kafka_metadata",
+        nested: bool = False,
         topics: Sequence[str] | None = None,
         deserializer: Any = None,
         on_error: str = "fail",
@@ -66,7 +65,11 @@ class KafkaIcebergSource:
         if on_error not in ON_ERROR:
             raise ConfigurationError(f"on_error={on_error!r} is not one of {', '.join(ON_ERROR)}")
         self._tables = {c: list(t) if isinstance(t, list | tuple) else [t] for c, t in tables.items()}
-        self._columns = tuple(f"{metadata_field}_{c}" for c in ("topic", "partition", "offset", "timestamp"))
+        joint = "." if nested else "_"  # a nested field is named "<struct>.<field>" in scans and filters
+        self._columns = tuple(
+            f"{metadata_field}{joint}{c}" for c in ("topic", "partition", "offset", "timestamp")
+        )
+        self._field, self._nested = metadata_field, nested
         self._topics = None if topics is None else frozenset(topics)
         self._deserializer = deserializer
         self._on_error = on_error
@@ -96,9 +99,7 @@ class KafkaIcebergSource:
             from pyiceberg.expressions import EqualTo  # noqa: F401 - checks the extra is there
         except ImportError as e:
             raise missing_extra("pyiceberg", "iceberg") from e
-        positions, offsets = restored_positions(self._name, restored)
-        skip_before = dict(start.positions) if start is not None else {}
-        skip_before.update(offsets)
+        positions, skip_before = starting_state(self._name, restored, start)
         pinned: dict[str, int | None] = dict((restored or {}).get("extra", {}).get("snapshots", {}))
         producers: dict[str, _TableSplit] = {}
         duplicates: list[str] = []
@@ -132,6 +133,10 @@ class KafkaIcebergSource:
     def _splits(self, table: Any, snapshot_id: int | None) -> list[tuple[str, int]]:
         topic_col, partition_col = self._columns[:2]
         names = {f.name for f in table.schema().fields}
+        if self._nested:
+            struct = next((f.field_type for f in table.schema().fields if f.name == self._field), None)
+            inner = {f.name for f in getattr(struct, "fields", ())}
+            names |= {f"{self._field}.{n}" for n in inner}
         missing = [c for c in self._columns[:3] if c not in names]
         if missing:
             raise ArchiveError(
@@ -141,6 +146,8 @@ class KafkaIcebergSource:
         if snapshot_id is None:
             return []
         found = table.scan(selected_fields=(topic_col, partition_col), snapshot_id=snapshot_id).to_arrow()
+        if self._nested:
+            found = found.flatten()  # "<struct>.<field>" columns
         pairs = found.group_by([topic_col, partition_col]).aggregate([]).to_pylist()
         return sorted(
             (r[topic_col], int(r[partition_col]))
@@ -177,14 +184,15 @@ class _TableSplit:
 
         ex: Any = importlib.import_module("pyiceberg.expressions")  # untyped here: its pydantic types mislead
 
-        topic_col, partition_col, offset_col, ts_col = self._source._columns
+        topic_col, partition_col, offset_col = self._source._columns[:3]
         lowest = start.next_offset if start is not None and start.next_offset is not None else skip_before
         row_filter: Any = ex.And(ex.EqualTo(topic_col, self.topic), ex.EqualTo(partition_col, self.partition))
         if lowest is not None:
             row_filter = ex.And(row_filter, ex.GreaterThanOrEqual(offset_col, lowest))
         data = self._table.scan(row_filter=row_filter, snapshot_id=self._snapshot_id).to_arrow()
-        data = data.sort_by(offset_col)
-        offsets_column = data.column(offset_col)
+        offsets_column = self._meta(data, "offset")
+        order = pc.sort_indices(offsets_column)
+        data, offsets_column = data.take(order), offsets_column.take(order)
         if offsets_column.null_count:
             raise ArchiveError(
                 f"{offset_col} is null in {offsets_column.null_count} rows of {self.split_id}",
@@ -193,9 +201,10 @@ class _TableSplit:
         offsets: list[int] = offsets_column.to_pylist()
         if len(pc.unique(offsets_column)) != len(offsets):
             data, offsets = self._without_duplicates(data, offsets)
-        has_ts = ts_col in data.column_names
-        timestamps = list(map(_ms, data.column(ts_col).to_pylist())) if has_ts else None
-        table = data.drop_columns([c for c in self._source._columns if c in data.column_names])
+        stamps = self._meta(data, "timestamp")
+        timestamps = None if stamps is None else list(map(_ms, stamps.to_pylist()))
+        meta = [self._source._field] if self._source._nested else list(self._source._columns)
+        table = data.drop_columns([c for c in meta if c in data.column_names])
         position = 0 if start is None else start.record
         deserializer = self._source._deserializer
         for batch in table.to_batches(max_chunksize=CHUNK):
@@ -221,6 +230,18 @@ class _TableSplit:
             )
             position += n
         yield Piece(self.split_id, self._table_name, position, 0, done=True)
+
+    def _meta(self, data: Any, name: str) -> Any:
+        """The Kafka metadata column ``name`` (offset, timestamp) of ``data``, or None."""
+        import pyarrow.compute as pc
+
+        if not self._source._nested:
+            column = f"{self._source._field}_{name}"
+            return data.column(column) if column in data.column_names else None
+        struct = data.column(self._source._field)
+        if struct.type.get_field_index(name) < 0:
+            return None
+        return pc.struct_field(struct, name)
 
     def _without_duplicates(self, data: Any, offsets: list[int]) -> tuple[Any, list[int]]:
         keep = [i for i in range(len(offsets)) if i == 0 or offsets[i] != offsets[i - 1]]

@@ -40,6 +40,13 @@ def test_malformed_json_line_names_the_file_and_the_record(tmp_path: Path) -> No
         drain(open_reader(KafkaArchiveSource({"east": str(tmp_path)})))
     assert info.value.path == str(files[1]) and info.value.line == 4
     assert isinstance(info.value, MultiClusterSourceError)
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}))
+    with pytest.raises(ArchiveError):
+        while not reader.finished:
+            reader.poll(1.0, 1000)
+    with pytest.raises(ArchiveError, match="record 4"):  # raised again, not an empty poll
+        reader.poll(0.1, 10)
+    reader.close()
 
 
 @pytest.mark.parametrize("fmt", ["avro", "parquet"])
@@ -82,8 +89,10 @@ def test_missing_partition_directory_is_named(tmp_path: Path, caplog: pytest.Log
 
 
 def test_a_root_that_does_not_exist_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ArchiveError, match="does not exist"):
+    with pytest.raises(ArchiveError, match="nope: does not exist"):
         open_reader(KafkaArchiveSource({"east": str(tmp_path / "nope")}))
+    with pytest.raises(ArchiveError, match="nope: does not exist"):
+        open_reader(KafkaArchiveSource({"east": str(tmp_path / "nope")}, topics=["orders"]))
 
 
 def test_s3_files_that_overlap_are_named(tmp_path: Path) -> None:
@@ -186,3 +195,13 @@ except ConfigurationError as e:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'multicluster-kafka-source[archive]'" in out and "pyarrow" in out
     assert issubclass(ConfigurationError, ValueError)
+
+
+def test_a_topic_asked_for_but_not_archived_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_archive(tmp_path, "orders", 0, kafka_log(10))
+    with caplog.at_level(logging.WARNING):
+        got = drain(open_reader(KafkaArchiveSource({"east": str(tmp_path)}, topics=["orders", "refunds"])))
+    assert len(got) == 10
+    assert any("holds no topic refunds" in r.getMessage() for r in caplog.records)

@@ -289,3 +289,90 @@ def test_deserializer_topics_and_configuration_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="on_error"):
         KafkaArchiveSource({"east": str(tmp_path)}, on_error="ignore")
     assert KafkaArchiveSource({"east": str(tmp_path)}).bounded
+
+
+def test_positions_handed_over_by_a_previous_stage_are_carried_on(tmp_path: Path) -> None:
+    log = kafka_log(40)
+    write_archive(tmp_path, "orders", 0, log, flush_size=20, offset_field="__offset")
+    write_archive(tmp_path, "orders", 1, log, flush_size=20, offset_field="__offset")
+    start = StageHandover(
+        {"east/orders/0": 10, "east/orders/1": 500, "east/other/0": 7},
+        {"east/orders/0": "exact", "east/orders/1": "exact", "east/other/0": "estimated"},
+    )
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, offset_field="__offset"), start=start)
+    got = by_split(drain(reader))
+    handover = reader.handover()
+    reader.close()
+    assert [r.offset for r in got["east/orders/0"]] == list(range(10, 40))
+    assert "east/orders/1" not in got  # everything archived is before 500
+    assert handover.positions == {"east/orders/0": 40, "east/orders/1": 500, "east/other/0": 7}
+    assert handover.modes["east/other/0"] == "estimated"
+    again = open_reader(
+        KafkaArchiveSource({"east": str(tmp_path)}, offset_field="__offset"),
+        start=start,
+        restored=reader.snapshot(),
+    )
+    assert drain(again) == [] and again.handover() == handover
+    again.close()
+
+
+def test_key_and_header_files_in_parquet_and_json_as_the_sinks_write_them(tmp_path: Path) -> None:
+    import json as jsonlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = kafka_log(6, headers=True)
+    files = write_archive(tmp_path, "orders", 0, log, fmt="parquet")
+    stem = str(files[0])[: -len(".snappy.parquet")]
+    # keys.format.class=ParquetFormat: the key in a struct field "key"; headers in a field "headers"
+    pq.write_table(pa.table({"key": [r.key for r in log]}), stem + ".keys.snappy.parquet")
+    headers = [[{"key": k, "value": v} for k, v in r.headers] for r in log]
+    pq.write_table(pa.table({"headers": headers}), stem + ".headers.snappy.parquet")
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, format="parquet"))
+    got = drain(reader)
+    reader.close()
+    assert [r.key for r in got] == [r.key.encode() for r in log]
+    assert [r.headers for r in got] == [[(k, v.encode()) for k, v in r.headers] for r in log]
+    # keys.format.class=JsonFormat: one JSON key per line; a struct key becomes compact JSON bytes
+    json_root = tmp_path / "json"
+    files = write_archive(json_root, "orders", 0, log)
+    keys = b"".join(jsonlib.dumps({"id": r.offset, "k": r.key}).encode() + b"\n" for r in log)
+    Path(str(files[0])[: -len(".json")] + ".keys.json").write_bytes(keys)
+    reader = open_reader(KafkaArchiveSource({"east": str(json_root)}))
+    got = drain(reader)
+    reader.close()
+    assert got[2].key == b'{"id":2,"k":"k2"}'
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_poll_columns_hands_out_columns_with_the_same_positions(tmp_path: Path, fmt: str) -> None:
+    log = kafka_log(50, gaps="compacted")
+    write_archive(tmp_path, "orders", 0, log, fmt=fmt, flush_size=20, offset_field="__offset", keys=True)
+    source = KafkaArchiveSource({"east": str(tmp_path)}, format=fmt, offset_field="__offset")
+    reader = open_reader(source)
+    parts = reader.poll_columns(1.0, 15)
+    assert sum(map(len, parts)) == 15 and parts[0].split_id == "east/orders/0"
+    assert list(parts[0].offsets) == [r.offset for r in log[:15]]
+    assert list(parts[0].keys) == [r.key.encode() for r in log[:15]]
+    if fmt == "parquet":
+        assert parts[0].values is None and parts[0].batch.column("id").to_pylist() == list(range(15))
+    else:
+        assert parts[0].batch is None and [v["id"] for v in parts[0].values] == list(range(15))
+    assert reader.positions() == {"east/orders/0": log[14].offset + 1}
+    rest = drain(reader)  # records go on right after the columns
+    reader.close()
+    assert [r.offset for r in rest] == [r.offset for r in log[15:]]
+
+
+def test_json_values_in_the_converters_schema_envelope_are_unwrapped(tmp_path: Path) -> None:
+    import json as jsonlib
+
+    directory = tmp_path / "orders" / "partition=0"
+    directory.mkdir(parents=True)
+    lines = [{"schema": {"type": "struct"}, "payload": {"id": i, "__offset": 5 + 2 * i}} for i in range(3)]
+    (directory / "orders+0+0000000005.json").write_text("".join(jsonlib.dumps(v) + "\n" for v in lines))
+    reader = open_reader(KafkaArchiveSource({"east": str(tmp_path)}, offset_field="__offset"))
+    got = drain(reader)
+    reader.close()
+    assert [(r.value["id"], r.offset) for r in got] == [(0, 5), (1, 7), (2, 9)]

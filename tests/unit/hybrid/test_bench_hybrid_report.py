@@ -33,6 +33,7 @@ def test_archive_drain_and_report(tmp_path: Path) -> None:
             "summary": summary,
             "paired_ratio_median": 2.5,
             "paired_ratios": [2.5],
+            "paired_columns_ratio_median": 7.0,
         },
         "switch": {
             "how": "HybridSource",
@@ -46,5 +47,8 @@ def test_archive_drain_and_report(tmp_path: Path) -> None:
     }
     report = bench_hybrid.format_report(result)
     assert "| live | 200 [200-200] | 1,000 | **1.00** |" in report
-    assert "paired ratio archive / live (median of runs): **2.50** (goal >= 3)" in report
+    assert (
+        "paired ratio archive / live (median of runs): **2.50** (goal >= 3); archive-columns / live: **7.00**"
+        in report
+    )
     assert "losses **0**, duplicates **0** over 2 runs" in report

@@ -152,3 +152,34 @@ def test_duplicate_offsets_and_missing_columns_are_named(tmp_path: Path) -> None
         ArchiveError, match=r"kafka\.plain: has no Kafka metadata column _kafka_metadata_topic"
     ):
         open_reader(KafkaIcebergSource({"east": plain}))
+
+
+def test_nested_metadata_as_the_transform_writes_it_with_nested_true(tmp_path: Path) -> None:
+    cat = catalog(tmp_path)
+    log = kafka_log(30, gaps="compacted")
+    meta = pa.struct(
+        [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64())]
+    )
+    data = pa.table(
+        {
+            "id": pa.array([r.value["id"] for r in log], pa.int64()),
+            "_kafka_metadata": pa.array(
+                [
+                    {"topic": "orders", "partition": 1, "offset": r.offset, "timestamp": r.timestamp}
+                    for r in log
+                ],
+                meta,
+            ),
+        }
+    )
+    table = cat.create_table("kafka.nested", schema=data.schema)
+    table.append(data.slice(15))
+    table.append(data.slice(0, 15))
+    reader = open_reader(KafkaIcebergSource({"east": table}, nested=True))
+    got = drain(reader)
+    reader.close()
+    assert [r.offset for r in got] == [r.offset for r in log]
+    assert [r.timestamp for r in got] == [r.timestamp for r in log]
+    assert dict(got[0].value) == {"id": 0} and got[0].split_id == "east/orders/1"
+    with pytest.raises(ArchiveError, match=r"has no Kafka metadata column _kafka_metadata_topic"):
+        open_reader(KafkaIcebergSource({"east": table}))  # flat columns asked for, nested ones written
