@@ -506,3 +506,23 @@ def test_the_watermark_covers_only_records_handed_out_by_the_loop() -> None:
             mark = stream.watermark
             assert mark is None or mark <= (record.timestamp or 0), "the watermark ran ahead of the records"
         assert stream.watermark == 1900
+
+
+def test_run_with_batches_and_the_handlers_hooks(tmp_path: Path) -> None:
+    calls: list[Any] = []
+
+    class Handler:
+        def open(self, index: int) -> None:
+            calls.append(("open", index))
+
+        def __call__(self, batch: Any) -> None:
+            calls.extend((batch.cluster_id, m.topic(), m.partition(), m.offset()) for m in batch)
+
+        def close(self) -> None:
+            calls.append(("close",))
+
+    hybrid = HybridSource.builder(_archive()).add_source(_next()).build()
+    result = hybrid.run(Handler(), batches=True, checkpoint_dir=str(tmp_path / "c"))
+    assert result.finished and result.records == len(EXPECTED)
+    assert calls[0] == ("open", 0) and calls[-1] == ("close",)
+    assert sorted((f"{c}/{t}/{p}", o) for c, t, p, o in calls[1:-1]) == EXPECTED
