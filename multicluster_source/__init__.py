@@ -13,6 +13,7 @@ from multicluster_source.exceptions import (
     CheckpointError,
     ConfigurationError,
     DeserializationError,
+    HandoverGapError,
     MetadataError,
     MetadataValidationError,
     MultiClusterSourceError,
@@ -28,6 +29,18 @@ from multicluster_source.framework._storage import (
     ObjectStoreCheckpointStorage,
 )
 from multicluster_source.framework._watermarks import WatermarkStrategy
+from multicluster_source.hybrid import (
+    ArchiveError,
+    AsyncHybridStream,
+    HybridSource,
+    HybridSourceBuilder,
+    HybridStage,
+    HybridStream,
+    KafkaArchiveSource,
+    KafkaIcebergSource,
+    StageHandover,
+    StageReader,
+)
 from multicluster_source.metadata import (
     ClusterMetadata,
     ConfigMapMetadataService,
@@ -55,6 +68,8 @@ from multicluster_source.runtime._stream import SourceStream
 __version__ = "0.2.0"
 
 __all__ = [
+    "ArchiveError",
+    "AsyncHybridStream",
     "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
@@ -65,6 +80,13 @@ __all__ = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "HandoverGapError",
+    "HybridSource",
+    "HybridSourceBuilder",
+    "HybridStage",
+    "HybridStream",
+    "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
@@ -91,6 +113,8 @@ __all__ = [
     "SourceFailedError",
     "SourceRecord",
     "SourceStream",
+    "StageHandover",
+    "StageReader",
     "StaticMetadataService",
     "StreamClosedError",
     "StreamPatternSubscriber",

@@ -10,6 +10,8 @@ The tree::
     ├── CheckpointError                a checkpoint could not be written, read or restored, or its directory
     │                                  is owned by another running source (names the directory and pid)
     ├── StreamClosedError (+RuntimeError) poll, poll_batches or iteration on a stream already closed
+    ├── HandoverGapError               a hybrid handover position is below the live partition's earliest
+    │                                  offset (the archive ends before retention); names the split
     └── SourceFailedError              a reader or the enumerator failed; ``__cause__`` holds the original
         └── OffsetOutOfRangeError      a position left the log and ``auto.offset.reset=error`` forbids a reset
 
@@ -22,6 +24,7 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DeserializationError",
+    "HandoverGapError",
     "MetadataError",
     "MetadataValidationError",
     "MultiClusterSourceError",
@@ -98,6 +101,14 @@ class CheckpointError(MultiClusterSourceError):
 
 class StreamClosedError(MultiClusterSourceError, RuntimeError):
     """``poll``, ``poll_batches`` or iteration was called on a stream that is already closed."""
+
+
+class HandoverGapError(MultiClusterSourceError):
+    """A hybrid handover position is below the live partition's earliest offset (names the split).
+
+    The records in between are neither in the previous stage nor on the cluster any more. Fails the source
+    with ``set_gap_policy("fail")`` (the default).
+    """
 
 
 class SourceFailedError(MultiClusterSourceError):

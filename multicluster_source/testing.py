@@ -2,6 +2,8 @@
 
 - :class:`InMemoryMetadataService`: a thread-safe metadata service whose streams a test sets, which notifies
   subscribers, counts reads and can be told to fail the next reads.
+- :class:`InMemoryArchiveStage`: a bounded hybrid stage over records given as a list per split, to test a
+  job's :class:`~multicluster_source.HybridSource` without an archive (see docs/guides/hybrid-backfill.md).
 - :func:`write_metadata_file`: write a metadata file atomically (as an editor or a deploy tool should).
 - :func:`make_configmap_volume` and :func:`update_configmap_volume`: lay out a directory exactly as the
   kubelet writes a ConfigMap volume, including the atomic ``..data`` symlink swap on update.
@@ -27,11 +29,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from multicluster_source.exceptions import MetadataError
+from multicluster_source.hybrid._memory import InMemoryArchiveStage
 from multicluster_source.metadata._model import KafkaStream, MetadataListener
 from multicluster_source.metadata._parser import dump_streams
 from multicluster_source.metadata._validate import validate_streams
 
 __all__ = [
+    "InMemoryArchiveStage",
     "InMemoryMetadataService",
     "make_configmap_volume",
     "update_configmap_volume",

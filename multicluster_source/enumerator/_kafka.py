@@ -21,6 +21,7 @@ from multicluster_source.enumerator._offsets import (
     resolve_offsets,
 )
 from multicluster_source.enumerator._proxy import StoppableContextProxy
+from multicluster_source.exceptions import HandoverGapError
 from multicluster_source.framework._interfaces import Cancellable
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata
@@ -258,6 +259,10 @@ class KafkaClusterEnumerator:
     ) -> None:
         cid = self.cluster_id
         chain = generation == self._generation
+        if isinstance(error, HandoverGapError):
+            _log.error("cluster=%s: %s", cid, error)
+            self._context.fail(error)
+            return
         if error is not None or result is None:
             message = f"{type(error).__name__}: {error}"
             if message != self._last_error:

@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from multicluster_source.exceptions import ConfigurationError, MultiClusterSourceError
+from multicluster_source.exceptions import ConfigurationError, HandoverGapError, MultiClusterSourceError
 from multicluster_source.framework._split import make_split_id
 
 _log = logging.getLogger("multicluster_source.offsets")
 
 Kind = Literal["earliest", "latest", "committed", "timestamp", "offsets"]
 Reset = Literal["earliest", "latest", "none"]
+GapPolicy = Literal["fail", "warn"]
 _RESETS = ("earliest", "latest", "none")
 
 
@@ -46,16 +47,26 @@ class OffsetsInitializer:
     reset: Reset = "earliest"
     timestamp_ms: int | None = None
     explicit: Mapping[str, int] = field(default_factory=dict)
+    fallback: OffsetsInitializer | None = None
+    """Internal (hybrid handover): resolves the partitions ``explicit`` does not name (not ``reset``)."""
+    gap_policy: GapPolicy | None = None
+    """Internal (hybrid handover): an explicit offset below the partition's earliest offset (records lost
+    between the previous stage and this cluster's retention) fails (``fail``) or starts at the earliest
+    offset with a warning (``warn``); None: no check."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "explicit", MappingProxyType(dict(self.explicit)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A mappingproxy cannot be pickled: runtimes send the source's settings to worker processes.
-        return (OffsetsInitializer, (self.kind, self.reset, self.timestamp_ms, dict(self.explicit)))
+        return (
+            OffsetsInitializer,
+            (self.kind, self.reset, self.timestamp_ms, dict(self.explicit), self.fallback, self.gap_policy),
+        )
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.reset, self.timestamp_ms, tuple(sorted(self.explicit.items()))))
+        explicit = tuple(sorted(self.explicit.items()))
+        return hash((self.kind, self.reset, self.timestamp_ms, explicit, self.fallback, self.gap_policy))
 
     @staticmethod
     def earliest() -> OffsetsInitializer:
@@ -108,6 +119,8 @@ class OffsetsInitializer:
 
     def describe(self) -> str:
         """A short human-readable form for logs."""
+        if self.kind == "offsets" and self.fallback is not None:
+            return f"handover({len(self.explicit)} positions, others {self.fallback.describe()})"
         if self.kind == "committed":
             return f"committed(reset={self.reset})"
         if self.kind == "timestamp":
@@ -115,6 +128,16 @@ class OffsetsInitializer:
         if self.kind == "offsets":
             return f"offsets({len(self.explicit)} explicit, reset={self.reset})"
         return self.kind
+
+
+def handover_offsets(
+    positions: Mapping[str, int], fallback: OffsetsInitializer, gap_policy: GapPolicy = "fail"
+) -> OffsetsInitializer:
+    """Internal (hybrid sources): start the splits named in ``positions`` (full split ids) exactly there,
+    every other partition as ``fallback`` resolves it, and check each position against the partition's
+    earliest offset (``gap_policy``)."""
+    clean = {str(k): int(v) for k, v in positions.items()}
+    return OffsetsInitializer("offsets", explicit=clean, fallback=fallback, gap_policy=gap_policy)
 
 
 class OffsetResolutionError(MultiClusterSourceError):
@@ -143,6 +166,30 @@ def await_result(future: Future[Any], timeout: float, stop: threading.Event | No
             remaining -= _SLICE_S
             if remaining <= 0:
                 raise
+
+
+def _check_gaps(
+    initializer: OffsetsInitializer,
+    cluster_id: str,
+    out: dict[tuple[str, int], int],
+    list_offsets: Callable[[dict[tuple[str, int], Any]], dict[tuple[str, int], int]],
+) -> None:
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    earliest = list_offsets({tp: OffsetSpec.earliest() for tp in out})
+    for (topic, partition), first in sorted(earliest.items()):
+        wanted = out[(topic, partition)]
+        if wanted >= first:
+            continue
+        split = make_split_id(cluster_id, topic, partition)
+        message = (
+            f"split {split}: the previous stage ends at offset {wanted} but the cluster's earliest offset is "
+            f"{first}: offsets {wanted}..{first - 1} are in neither (the archive ends before retention)"
+        )
+        if initializer.gap_policy == "fail":
+            raise HandoverGapError(message + "; set gap_policy='warn' to go on from the earliest offset")
+        _log.warning("cluster=%s: %s; going on from offset %d (gap_policy=warn)", cluster_id, message, first)
+        out[(topic, partition)] = first
 
 
 def _list_offsets(
@@ -228,8 +275,23 @@ def resolve_offsets(
                 if key in initializer.explicit:
                     out[(topic, partition)] = initializer.explicit[key]
                     break
+        if initializer.gap_policy is not None and out:
+            _check_gaps(initializer, cluster_id, out, list_offsets)
     rest = [tp for tp in partitions if tp not in out]
-    if rest:
+    if rest and initializer.fallback is not None:
+        fallback = initializer.fallback
+        found = resolve_offsets(
+            fallback,
+            admin=admin,
+            cluster_id=cluster_id,
+            group_id=group_id,
+            partitions=rest,
+            timeout=timeout,
+            read_committed=read_committed,
+            stop=stop,
+        )
+        out.update(found)
+    elif rest:
         if initializer.reset == "none":
             names = ", ".join(make_split_id(cluster_id, t, p) for t, p in rest[:5])
             raise OffsetResolutionError(f"no {initializer.kind} offset and reset=none for: {names}")

@@ -82,6 +82,11 @@ class StoppableContextProxy:
         if not self._stopped:
             self._on_discovery_done(self.cluster_id)
 
+    def fail(self, error: BaseException) -> None:
+        """Fail the source with ``error`` (an error no retry can mend, e.g. a hybrid handover gap)."""
+        if not self._stopped:
+            self._context.fail(error)
+
     def stop(self) -> None:
         """Cancel all scheduled work; later results are dropped."""
         self._stopped = True

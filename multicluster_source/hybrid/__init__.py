@@ -1,11 +1,34 @@
 """Hybrid sources: bounded stages (archives, an old cluster read up to a point) followed by live clusters,
 with the position of each split handed from one stage to the next. See API.md section 9, "Hybrid sources".
 
-:mod:`._stage` is the protocol every stage satisfies (documented for users' own archives).
+:mod:`._stage` is the protocol every stage satisfies (documented for users' own archives);
+:class:`HybridSource` chains stages; :class:`KafkaSourceStage` is a Kafka source as a stage.
 """
 
 from __future__ import annotations
 
+from multicluster_source.hybrid._archive import KafkaArchiveSource
+from multicluster_source.hybrid._archive_layout import ArchiveError
+from multicluster_source.hybrid._async import AsyncHybridStream
+from multicluster_source.hybrid._iceberg import KafkaIcebergSource
+from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
+from multicluster_source.hybrid._memory import InMemoryArchiveStage
+from multicluster_source.hybrid._source import HybridSource, HybridSourceBuilder
 from multicluster_source.hybrid._stage import HandoverMode, HybridStage, StageHandover, StageReader
+from multicluster_source.hybrid._stream import HybridStream
 
-__all__ = ["HandoverMode", "HybridStage", "StageHandover", "StageReader"]
+__all__ = [
+    "ArchiveError",
+    "AsyncHybridStream",
+    "HandoverMode",
+    "HybridSource",
+    "HybridSourceBuilder",
+    "HybridStage",
+    "HybridStream",
+    "InMemoryArchiveStage",
+    "KafkaArchiveSource",
+    "KafkaIcebergSource",
+    "KafkaSourceStage",
+    "StageHandover",
+    "StageReader",
+]

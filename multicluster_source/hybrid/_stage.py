@@ -10,6 +10,10 @@ says, for every split it returned records of, the offset right after the last re
 stage starts those splits there (exact), and splits the previous stage never saw at its own starting offsets.
 A stage whose records carry no offsets hands over a time instead (``timestamp_ms``).
 
+Optional: a reader may offer ``iterate() -> Iterator[SourceRecord]``, its own blocking iterator that ends
+when the stage has finished or was closed, and after which a :meth:`StageReader.snapshot` covers exactly the
+records it handed out; the hybrid stream's ``for`` loop then uses it instead of a ``poll`` per record.
+
 State: :meth:`StageReader.snapshot` returns a JSON-ready dict, carrying a ``"v"`` version, that covers
 exactly the records returned so far; :meth:`HybridStage.open_stage` with ``restored=`` that dict goes on
 right after them (at-least-once: nothing is skipped).

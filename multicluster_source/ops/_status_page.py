@@ -77,6 +77,9 @@ def _render_source(status: Mapping[str, Any]) -> str:
         + "</div>"
     )
 
+    hybrid: Mapping[str, Any] = status.get("hybrid") or {}
+    if hybrid:
+        out.append(_render_hybrid(hybrid))
     clusters: Mapping[str, Any] = status.get("clusters") or {}
     rows = []
     for cid, c in clusters.items():
@@ -178,6 +181,30 @@ def _render_source(status: Mapping[str, Any]) -> str:
     else:
         out.append('<p class="empty" id="tracking">disabled (topic.tracking.enable=false)</p>')
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _render_hybrid(hybrid: Mapping[str, Any]) -> str:
+    """The hybrid source's part: the stage, what the handover chose, and per split archived or live."""
+    handover: Mapping[str, Any] = hybrid.get("handover") or {}
+    modes = ", ".join(f"{k}: {v}" for k, v in (handover.get("modes") or {}).items()) or None
+    stage = f"{int(hybrid.get('stage', 0)) + 1} of {hybrid.get('stages')} ({hybrid.get('stage_name')})"
+    facts = {"stage": stage, "handover": modes, "handover timestamp (ms)": handover.get("timestamp_ms")}
+    out = [
+        "<h3>Hybrid stages</h3>",
+        '<div class="kv" id="hybrid">'
+        + "".join(
+            f"<div><span>{_e(k)}:</span> <b>{_e('-' if v is None else v)}</b></div>" for k, v in facts.items()
+        )
+        + "</div>",
+    ]
+    splits: Mapping[str, Mapping[str, Any]] = hybrid.get("splits") or {}
+    rows = [
+        f'<tr data-split="{_e(sid)}"><td><code>{_e(sid)}</code></td><td>{_e(info.get("phase"))}</td>'
+        f"<td>{_e(info.get('start', '-'))}</td></tr>"
+        for sid, info in splits.items()
+    ]
+    out.append(_table("hybrid-splits", ("split", "archived or live", "started by"), rows, "no split yet"))
     return "\n".join(out)
 
 

@@ -32,8 +32,12 @@ CONTRACT.add("KafkaTopicMetadataService")
 CONTRACT.add("MessageBatch")  # API.md section 8
 CONTRACT.add("AsyncSourceStream")  # API.md section 8
 CONTRACT.add("WatermarkStrategy")  # API.md section 8
+CONTRACT.add("HybridSource")  # API.md section 9
+CONTRACT.add("KafkaArchiveSource")  # API.md section 9
 
 PINNED = [
+    "ArchiveError",
+    "AsyncHybridStream",
     "AsyncSourceStream",
     "CheckpointError",
     "CheckpointStorage",
@@ -44,6 +48,13 @@ PINNED = [
     "DeserializationError",
     "DirectoryCheckpointStorage",
     "FileMetadataService",
+    "HandoverGapError",
+    "HybridSource",
+    "HybridSourceBuilder",
+    "HybridStage",
+    "HybridStream",
+    "KafkaArchiveSource",
+    "KafkaIcebergSource",
     "KafkaMetadataService",
     "KafkaStream",
     "KafkaStreamSubscriber",
@@ -70,6 +81,8 @@ PINNED = [
     "SourceFailedError",
     "SourceRecord",
     "SourceStream",
+    "StageHandover",
+    "StageReader",
     "StaticMetadataService",
     "StreamClosedError",
     "StreamPatternSubscriber",
