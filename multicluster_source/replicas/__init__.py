@@ -9,6 +9,6 @@ translator.
 
 from __future__ import annotations
 
-from multicluster_source.replicas._model import Translation, TranslationMode
+from multicluster_source.replicas._model import OriginPosition, Translation, TranslationMode, Translator
 
-__all__ = ["Translation", "TranslationMode"]
+__all__ = ["OriginPosition", "Translation", "TranslationMode", "Translator"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 TranslationMode = Literal["exact", "conservative", "identical", "timestamp", "start"]
 """How a replica split's start was chosen: ``exact`` (a sync, or the copy of the last record returned, pins
@@ -41,3 +42,49 @@ class Translation:
             "max_repeats": self.max_repeats,
             "detail": self.detail,
         }
+
+
+@dataclass(frozen=True)
+class OriginPosition:
+    """What the source knows of an origin split when it hands the split over to a replica.
+
+    ``offset`` is the next offset the caller has not received (the position); ``last_timestamp_ms`` the
+    timestamp of the last record returned from the split, when one was (the ``timestamp`` mode starts there,
+    and the ``mirrormaker2`` mode may use it to recognise that record's copy).
+    """
+
+    split: str
+    offset: int
+    last_timestamp_ms: int | None = None
+
+
+class Translator(Protocol):
+    """Translates origin positions to replica starts for one replica declaration (one origin cluster and one
+    replica cluster). Made by the enumerator when a ``replicaOf`` is declared, so that a MirrorMaker 2
+    translator can follow the offset syncs from that moment; closed when the declaration goes away.
+
+    Threads: ``start`` and ``close`` are called by the enumerator's thread; ``translate`` too, and may block
+    up to ``wait_s`` (waiting for MM2 to catch up) plus the clients' timeouts. A translator's own background
+    threads are named ``mcs-replica-<replica cluster id>...`` and joined by ``close``.
+    """
+
+    def start(self) -> None:
+        """Begins following what the translation needs (offset syncs); returns at once."""
+
+    def translate(
+        self,
+        handovers: Sequence[tuple[OriginPosition, str]],
+        *,
+        origin_reachable: bool,
+        wait_s: float,
+    ) -> list[Translation]:
+        """One :class:`Translation` per ``(origin position, replica split)`` pair, in order.
+
+        ``origin_reachable`` is False on a failover: the translator must not need the origin cluster then
+        (syncs already read, or read from the replica side). Never raises for a single split: a split that
+        cannot be translated gets ``mode="start"`` (or the conservative answer) with the reason in ``detail``.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stops and joins the background threads and closes every client. Idempotent."""
