@@ -65,7 +65,7 @@ from multicluster_source.runtime._async import AsyncSourceStream
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._stream import SourceStream
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "ArchiveError",
