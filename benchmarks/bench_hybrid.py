@@ -12,7 +12,7 @@ path on the same machine; the switch from the last archived record to the first 
    ``poll``, ``record.value`` touched), *archive, one field* (``record.value["id"]`` read: one column turned
    into Python objects per batch), *archive, dict* (``dict(record.value)``: every column of every row) and
    *archive, columns* (the stage's ``poll_columns``: Arrow batch slices and offset lists, no object per
-   record).
+   record) and *hybrid, columns* (the same through a hybrid stream: ``HybridStream.poll_columns``).
    Records per second from ``open`` to the last record, and process CPU per record.
 2. **Switch.** Two clusters (east, west), a topic of 4 partitions on each; west written by a transactional
    producer (commit markers leave offset gaps). The first ~80% of every partition is read from Kafka with a
@@ -56,6 +56,7 @@ from benchmarks.bench_throughput import (
 )
 from multicluster_source import (
     ClusterMetadata,
+    HybridSource,
     KafkaArchiveSource,
     KafkaStream,
     MultiClusterKafkaSource,
@@ -141,6 +142,7 @@ TOUCH: dict[str, Callable[[list[Any]], None]] = {
     "archive-field": _touch_field,
     "archive-dict": _touch_dict,
     "archive-columns": _touch_columns,
+    "hybrid-columns": _touch_columns,
 }
 
 
@@ -149,6 +151,17 @@ def archive_drain(root: Path, dataset: Dataset, kind: str, parallelism: int) -> 
     source = KafkaArchiveSource(roots, format="parquet", offset_field="__offset", timestamp_field="__ts")
     touch = TOUCH[kind]
     start, cpu_start = time.perf_counter(), time.process_time()
+    if kind == "hybrid-columns":  # through the hybrid stream: HybridStream.poll_columns
+        got = 0
+        with HybridSource.builder(source).build().open(parallelism=parallelism) as stream:
+            while not stream.finished:
+                parts = stream.poll_columns(0.5, 10_000)
+                touch(parts)
+                got += sum(map(len, parts))
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        if got != dataset.total:
+            raise RuntimeError(f"hybrid columns read {got} records, expected {dataset.total}")
+        return {"records": got, "seconds": elapsed, "rate": got / elapsed, "cpu_ns": cpu * 1e9 / got}
     reader = source.open_stage(
         parallelism=parallelism, start=None, restored=None, registry=None, work_dir=None
     )
@@ -177,6 +190,7 @@ def run_rates(cluster: Cluster, records: int, repeats: int, parallelism: int) ->
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in ("live", *TOUCH)}
     ratios: list[float] = []
     columns: list[float] = []
+    hybrid_columns: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-hybrid-") as tmp:
         archive_like(dataset, Path(tmp))
         for r in range(repeats):
@@ -186,6 +200,7 @@ def run_rates(cluster: Cluster, records: int, repeats: int, parallelism: int) ->
                 runs[kind].append(archive_drain(Path(tmp), dataset, kind, parallelism))
             ratios.append(runs["archive"][-1]["rate"] / live["rate"])
             columns.append(runs["archive-columns"][-1]["rate"] / live["rate"])
+            hybrid_columns.append(runs["hybrid-columns"][-1]["rate"] / live["rate"])
             print(
                 f"  rates run {r + 1}/{repeats}: live {live['rate']:,.0f}/s, archive "
                 f"{runs['archive'][-1]['rate']:,.0f}/s (x{ratios[-1]:.2f})",
@@ -208,6 +223,7 @@ def run_rates(cluster: Cluster, records: int, repeats: int, parallelism: int) ->
         "paired_ratio_median": statistics.median(ratios),
         "paired_ratios": ratios,
         "paired_columns_ratio_median": statistics.median(columns),
+        "paired_hybrid_columns_ratio_median": statistics.median(hybrid_columns),
     }
 
 
@@ -399,6 +415,11 @@ def _rate_lines(rates: dict[str, Any]) -> list[str]:
         "(goal >= 3); "
         f"archive-columns / live: **{rates.get('paired_columns_ratio_median', 0.0):.2f}**"
     )
+    if "paired_hybrid_columns_ratio_median" in rates:
+        lines.append(
+            "paired ratio hybrid-columns (HybridStream.poll_columns) / live: "
+            f"**{rates['paired_hybrid_columns_ratio_median']:.2f}** (goal >= 3)"
+        )
     return lines
 
 

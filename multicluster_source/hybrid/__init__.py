@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from multicluster_source.hybrid._archive import KafkaArchiveSource
 from multicluster_source.hybrid._archive_layout import ArchiveError
+from multicluster_source.hybrid._archive_pieces import ArchivedColumns
 from multicluster_source.hybrid._async import AsyncHybridStream
 from multicluster_source.hybrid._iceberg import KafkaIcebergSource
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
@@ -19,6 +20,7 @@ from multicluster_source.hybrid._stream import HybridStream
 
 __all__ = [
     "ArchiveError",
+    "ArchivedColumns",
     "AsyncHybridStream",
     "HandoverMode",
     "HybridSource",

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.hybrid._held import as_batches
 
 if TYPE_CHECKING:
     from multicluster_source.hybrid._stream import HybridStream
@@ -25,6 +26,25 @@ __all__ = ["AsyncHybridStream"]
 T = TypeVar("T")
 _FIRST_SLEEP_S = 0.005
 _MAX_SLEEP_S = 0.05
+
+
+def _ready_records(stream: HybridStream, max_records: int) -> list[SourceRecord]:
+    """Records ready now, without waiting and without switching (a step of :meth:`AsyncHybridStream.poll`)."""
+    reader = stream._current("poll()")
+    out = stream._held.take(max_records) or stream._held.filter(reader.poll(0.0, max_records))
+    if out:
+        stream._delivered()
+    return out
+
+
+def _ready_batches(stream: HybridStream, max_records: int) -> list[MessageBatch]:
+    """Batches ready now, without waiting and without switching (a step of ``poll_batches``)."""
+    reader = stream._current("poll_batches()")
+    held = stream._held.take(max_records)
+    out = as_batches(held) if held else stream._held.filter_batches(reader.poll_batches(0.0, max_records))
+    if out:
+        stream._delivered()
+    return out
 
 
 def _fetch_in_threads(stream: HybridStream) -> None:
@@ -81,11 +101,11 @@ class AsyncHybridStream:
 
     async def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[SourceRecord]:
         """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds."""
-        return await self._take(lambda s: s.ready_records(max_records), timeout)
+        return await self._take(lambda s: _ready_records(s, max_records), timeout)
 
     async def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
         """Batches that are ready (at most ``max_records`` messages), ``[]`` after ``timeout`` seconds."""
-        return await self._take(lambda s: s.ready_batches(max_records), timeout)
+        return await self._take(lambda s: _ready_batches(s, max_records), timeout)
 
     async def _take(self, take: Callable[[HybridStream], list[T]], timeout: float) -> list[T]:
         stream = self.stream

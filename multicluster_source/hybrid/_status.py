@@ -6,13 +6,14 @@ Called from the caller's thread or the admin server's request threads; it only r
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from multicluster_source.hybrid._stage import HybridStage, StageHandover, StageReader
 from multicluster_source.hybrid._state import HybridState
 
-__all__ = ["hybrid_status", "log_switch", "mode_counts", "stage_secrets"]
+__all__ = ["hybrid_status", "log_switch", "mode_counts", "stage_secrets", "switch_summary"]
 
 _log = logging.getLogger("multicluster_source.hybrid")
 
@@ -53,6 +54,19 @@ def mode_counts(handover: StageHandover) -> dict[str, int]:
         mode = handover.modes.get(split_id, "exact")
         out[mode] = out.get(mode, 0) + 1
     return dict(sorted(out.items()))
+
+
+def switch_summary(index: int, handover: StageHandover) -> dict[str, Any]:
+    """The state's ``switches`` entry for a switch from stage ``index`` (``open_ms`` and ``latency_ms`` are
+    filled in once the next stage opened and returned its first record)."""
+    return {
+        "from": index,
+        "to": index + 1,
+        "modes": mode_counts(handover),
+        "timestamp_ms": handover.timestamp_ms,
+        "at_ms": int(time.time() * 1000),
+        "latency_ms": None,
+    }
 
 
 def hybrid_status(

@@ -16,6 +16,7 @@ server calls ``status()``, ``health()`` and the registry from its request thread
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -27,11 +28,13 @@ from prometheus_client import CollectorRegistry
 from multicluster_source.exceptions import ConfigurationError, StreamClosedError
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.hybrid._archive_pieces import ArchivedColumns
+from multicluster_source.hybrid._columns import columnar, skip_columns, take_columns
 from multicluster_source.hybrid._held import Held, as_batches, iterate
 from multicluster_source.hybrid._metrics import HybridMetrics
 from multicluster_source.hybrid._stage import HybridStage, StageHandover, StageReader
 from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore
-from multicluster_source.hybrid._status import hybrid_status, log_switch, mode_counts, stage_secrets
+from multicluster_source.hybrid._status import hybrid_status, log_switch, stage_secrets, switch_summary
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 
 __all__ = ["HybridStream", "StageChain"]
@@ -119,14 +122,13 @@ class HybridStream:
         self._metrics.stage(index)
         if self._defer_kafka_last and index == len(self._stages) - 1:
             return None  # run(): the last (Kafka) stage runs as its source's own run()
-        reader = self._stages[index].open_stage(
+        return self._stages[index].open_stage(
             parallelism=self._parallelism,
             start=start,
             restored=restored,
             registry=self._registry,
             work_dir=None if store is None else store.stage_dir(index),
         )
-        return reader
 
     # ------------------------------------------------------------------------------------------ reading
 
@@ -158,6 +160,7 @@ class HybridStream:
         what: str,
         timeout: float,
         kept: Callable[[list[_T]], list[_T]],
+        go_on: Callable[[StageReader], bool] | None = None,
     ) -> list[_T]:
         reader = self._current(what)
         self.checkpoint_if_due()
@@ -169,8 +172,8 @@ class HybridStream:
                 return out
             if self.switch_due():
                 self.switch()
-                if self._reader is None:
-                    return out
+                if self._reader is None or (go_on is not None and not go_on(self._reader)):
+                    return out  # no next stage here, or one this call cannot read (columns from Kafka)
                 reader = self._reader
                 continue
             if reader.finished or time.monotonic() >= deadline:
@@ -203,22 +206,20 @@ class HybridStream:
         take = self._held.filter_batches
         return self._take(lambda r, left: r.poll_batches(left, max_records), "poll_batches()", timeout, take)
 
-    def ready_records(self, max_records: int) -> list[SourceRecord]:
-        """Records ready now, without waiting and without switching (the asyncio stream's step)."""
-        reader = self._current("poll()")
-        out = self._held.take(max_records) or self._held.filter(reader.poll(0.0, max_records))
-        if out:
-            self._delivered()
-        return out
+    @property
+    def columnar(self) -> bool:
+        """Whether the stage being read offers :meth:`poll_columns` (the archive and Iceberg stages do)."""
+        return columnar(self._reader) and not self._held.buffer
 
-    def ready_batches(self, max_records: int) -> list[MessageBatch]:
-        """Batches ready now, without waiting and without switching (the asyncio stream's step)."""
-        reader = self._current("poll_batches()")
-        held = self._held.take(max_records)
-        out = as_batches(held) if held else self._held.filter_batches(reader.poll_batches(0.0, max_records))
-        if out:
-            self._delivered()
-        return out
+    def poll_columns(self, timeout: float = 1.0, max_records: int = 100_000) -> list[ArchivedColumns]:
+        """The archive stage's records as columns, one part per split (see :mod:`._columns`), as ``poll``
+        returns records: switches to the next stage when this one has finished (``[]`` then, and
+        :attr:`columnar` tells whether to go on with ``poll``). ``TypeError`` on a stage without columns."""
+        if self._held.buffer:
+            raise TypeError("poll_columns(): a for loop left records behind; take them with poll() first")
+        skip, what = self._held.skip, "poll_columns()"
+        kept = functools.partial(skip_columns, skip=skip)
+        return self._take(lambda r, left: take_columns(r, left, max_records), what, timeout, kept, columnar)
 
     def __iter__(self) -> Iterator[SourceRecord]:
         """Every record, blocking; ends when the last stage is bounded and finished, or after ``close()``.
@@ -260,14 +261,7 @@ class HybridStream:
         hook = self._hybrid._switch_hook
         handover = reader.handover()
         self._step(hook, "finished")
-        summary: dict[str, Any] = {
-            "from": index,
-            "to": index + 1,
-            "modes": mode_counts(handover),
-            "timestamp_ms": handover.timestamp_ms,
-            "at_ms": int(time.time() * 1000),
-            "latency_ms": None,
-        }
+        summary = switch_summary(index, handover)
         self._held.reset()
         state = self._state.with_changes(
             stage=index + 1,

@@ -34,6 +34,7 @@ def test_archive_drain_and_report(tmp_path: Path) -> None:
             "paired_ratio_median": 2.5,
             "paired_ratios": [2.5],
             "paired_columns_ratio_median": 7.0,
+            "paired_hybrid_columns_ratio_median": 6.5,
         },
         "switch": {
             "how": "HybridSource",
@@ -51,4 +52,5 @@ def test_archive_drain_and_report(tmp_path: Path) -> None:
         "paired ratio archive / live (median of runs): **2.50** (goal >= 3); archive-columns / live: **7.00**"
         in report
     )
+    assert "hybrid-columns (HybridStream.poll_columns) / live: **6.50** (goal >= 3)" in report
     assert "losses **0**, duplicates **0** over 2 runs" in report
