@@ -23,12 +23,15 @@ from typing import Any, Literal, Self
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+# documented public names of confluent_kafka.admin that the package does not mark as re-exported
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
 from harness.cluster import Cluster, unique_name
 from harness.kafka import _JVM_FLAGS
 from harness.maven import ensure_mm2_libs
 from harness.pool import ClusterPool
 from harness.processes import end_process, java_binary, tail_file
-from multicluster_source.replicas._codec import OffsetSync, decode_offset_sync
+from multicluster_source.replicas._codec import Checkpoint, OffsetSync, decode_checkpoint, decode_offset_sync
 from multicluster_source.replicas._lookup import RecordCopy
 
 _LOG4J2 = """\
@@ -226,16 +229,16 @@ class MirrorMaker2:
 
     # -- waiting ---------------------------------------------------------------------------------------
 
-    def wait_caught_up(self, topic: str, *, timeout: float = 60.0) -> dict[int, int]:
-        """Wait until ``topic``'s copy on the replica has the origin's end offset in every partition (the
-        copy started empty); return partition -> end offset."""
+    def wait_caught_up(self, topic: str, *, shifted: int = 0, timeout: float = 60.0) -> dict[int, int]:
+        """Wait until ``topic``'s copy on the replica ends ``shifted`` offsets after the origin's end in every
+        partition (``shifted``: records the copy held before MM2 appended to it); return its end offsets."""
         target = self.replica_topic(topic)
         deadline = time.monotonic() + timeout
         want: dict[int, int] = {}
         have: dict[int, int] = {}
         while True:
             try:
-                want = end_offsets(self.origin, topic)
+                want = {p: end + shifted for p, end in end_offsets(self.origin, topic).items()}
                 have = end_offsets(self.replica, target)
                 if have == want:
                     return have
@@ -256,6 +259,26 @@ class MirrorMaker2:
     def read_raw_syncs(self, *, timeout: float = 10.0) -> list[tuple[bytes, bytes]]:
         """The syncs topic's records as ``(key, value)`` bytes, read to the end (empty when it is absent)."""
         return read_topic(self.syncs_cluster, self.syncs_topic, timeout=timeout)
+
+    def wait_for_checkpoint(
+        self, group: str, replica_topic: str, partition: int, upstream: int, *, timeout: float = 30.0
+    ) -> Checkpoint:
+        """Wait until MM2 has checkpointed ``group`` at ``upstream`` for the replica topic's partition."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for key, value in read_topic(self.replica, self.checkpoints_topic):
+                cp = decode_checkpoint(key, value)
+                if (cp.group, cp.topic, cp.partition, cp.upstream) == (
+                    group,
+                    replica_topic,
+                    partition,
+                    upstream,
+                ):
+                    return cp
+            if time.monotonic() > deadline:
+                self.keep_logs = True
+                raise TimeoutError(f"{self!r}: no checkpoint of {group} at {upstream} in {timeout}s")
+            time.sleep(0.3)
 
     def wait_for_sync(self, topic: str, partition: int, offset: int, *, timeout: float = 30.0) -> OffsetSync:
         """Wait until a sync for ``topic``/``partition`` with upstream offset ``offset`` exists."""
@@ -325,7 +348,8 @@ class MM2Pair:
     mm2: MirrorMaker2
 
     def close(self, pool: ClusterPool) -> None:
-        """Stop MirrorMaker, then both clusters."""
+        """Stop MirrorMaker (SIGKILL: its progress is thrown away with the clusters), then both clusters."""
+        self.mm2.kill()
         self.mm2.close()
         for cluster in (self.east, self.west):
             pool.release(cluster)
@@ -375,3 +399,28 @@ def read_partition(cluster: Cluster, topic: str, partition: int, start: int, cou
     finally:
         consumer.close()
     return out
+
+
+def precreate_replica_topic(pair: MM2Pair, partitions: int, *, filler: int) -> str:
+    """A new origin topic name whose replica topic exists already on west with ``filler`` records in every
+    partition (MM2 appends after them, so replica offsets differ from origin offsets); the origin topic is
+    created on east afterwards. Returns the origin topic's name."""
+    topic = unique_name("orders")
+    target = pair.mm2.replica_topic(topic)
+    for cluster, name in ((pair.west, target), (pair.east, topic)):
+        new = NewTopic(name, num_partitions=partitions, replication_factor=1)
+        cluster.admin().create_topics([new])[name].result(30.0)
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                if len(end_offsets(cluster, name)) == partitions:
+                    break
+            except (KafkaException, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} on {cluster!r} not ready")
+            time.sleep(0.1)
+        if cluster is pair.west and filler:
+            for p in range(partitions):
+                cluster.produce(name, [b"filler"] * filler, partition=p)
+    return topic
