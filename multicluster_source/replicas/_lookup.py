@@ -87,6 +87,9 @@ class ClusterLookup:
                     "enable.auto.offset.store": "false",
                     "enable.partition.eof": "true",
                     "auto.offset.reset": "error",
+                    # a fetch the broker holds (up to fetch.wait.max.ms) delays the next request on the
+                    # connection: a watermark query after a read waited 500 ms with the default
+                    "fetch.wait.max.ms": "10",
                     # MirrorMaker 2 copies what its consumer reads: uncommitted records too, by default
                     "isolation.level": "read_uncommitted",
                     **client_logging(self.cluster_id, f"replica {self._role} look-up"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from multicluster_source.replicas._lookup import ClusterLookup, RecordCopy
 
-__all__ = ["SCAN_LIMIT", "Match", "find_copy", "last_record_before"]
+__all__ = ["SCAN_LIMIT", "Match", "find_copy", "last_record_before", "narrow_by_time"]
 
 SCAN_LIMIT = 20_000
 """At most this many replica records are read to find a copy."""
@@ -73,4 +73,53 @@ def find_copy(
         first + 1,
         last - first,
         f"{where}; {len(matches)} identical records up to offset {last}: up to {last - first} may repeat",
+    )
+
+
+def narrow_by_time(
+    lookup: ClusterLookup,
+    topic: str,
+    partition: int,
+    timestamp_ms: int,
+    *,
+    start: int,
+    end: int | None,
+    count: int | None,
+    timeout_s: float,
+) -> Match | None:
+    """Without the origin (a failover), the last returned record's timestamp narrows a conservative start.
+
+    The window (as in :func:`find_copy`) holds the copy of the last record returned, with that timestamp
+    (MM2 keeps timestamps). Starting at the window's first record at or after it never passes that copy;
+    the repeats are at most the records from there to the last one with that timestamp. When the window is
+    complete (it ends at a later sync, or the replica holds all of it) and one record alone has that
+    timestamp, it is the copy: the start right after it is exact. None: no record with that timestamp.
+    """
+    if timestamp_ms < 0:
+        return None
+    _low, high = lookup.watermarks(topic, partition)
+    stop = high if end is None else min(end, high)
+    limit = min(SCAN_LIMIT, count if count is not None else SCAN_LIMIT)
+    if stop <= start or limit <= 0:
+        return None
+    complete = (end is not None and end <= high) or (count is not None and start + count <= high)
+    scanned = lookup.read(topic, partition, start, stop, limit=limit, timeout_s=timeout_s)
+    equal = [i for i, r in enumerate(scanned) if r.timestamp_ms == timestamp_ms]
+    if not equal:
+        return None
+    if complete and len(equal) == 1 and len(scanned) == min(limit, stop - start):
+        copy = scanned[equal[0]]
+        return Match(
+            copy.offset + 1,
+            0,
+            f"the only replica record at the last returned record's time ({timestamp_ms} ms) in offsets "
+            f"{start}..{start + len(scanned) - 1}: its copy at replica offset {copy.offset}",
+        )
+    first = next(i for i, r in enumerate(scanned) if r.timestamp_ms >= timestamp_ms)
+    repeats = equal[-1] - first + 1
+    return Match(
+        scanned[first].offset,
+        repeats,
+        f"narrowed by the last returned record's time ({timestamp_ms} ms): from replica offset "
+        f"{scanned[first].offset}, up to {repeats} may repeat",
     )

@@ -11,9 +11,12 @@ For one origin split at position ``P`` (the next offset the caller has not recei
 3. With the origin reachable, the conservative answer is refined (:mod:`._match`): the origin record
    before ``P`` is read and its copy looked for from the conservative start; found, the split starts right
    after it (exact).
-4. No sync at or below ``P``: on a failover (origin unreachable) MM2's checkpoint for the source's group,
-   when it is at or below ``P`` (conservative, bound unknown); else the replica's log start (conservative:
-   everything before the first sync may repeat), refined as in 3 when the origin is reachable.
+4. Without the origin (a failover), the last returned record's timestamp narrows the conservative start
+   (:func:`._match.narrow_by_time`: MM2 keeps timestamps; exact where one record alone in the window has
+   that time).
+5. No sync at or below ``P``: on a failover MM2's checkpoint for the source's group, when it is at or below
+   ``P`` (conservative, bound unknown); else the replica's log start (conservative: everything before the
+   first sync may repeat), refined as in 3 or 4.
 
 The answer is never past the copy of a record the caller has not received, so nothing MM2 copied is
 skipped; what MM2 had not copied when the origin went away is MM2's loss, not the translation's.
@@ -31,7 +34,7 @@ from multicluster_source.replicas._base import BaseTranslator
 from multicluster_source.replicas._codec import Checkpoint
 from multicluster_source.replicas._follow import SyncFollower, read_checkpoints
 from multicluster_source.replicas._lookup import ClusterLookup, RecordCopy, ReplicaLookupError
-from multicluster_source.replicas._match import find_copy, last_record_before
+from multicluster_source.replicas._match import find_copy, last_record_before, narrow_by_time
 from multicluster_source.replicas._model import OriginPosition, Translation, TranslationMode
 from multicluster_source.replicas._store import Lookup, SyncStore
 
@@ -121,7 +124,9 @@ class MirrorMaker2Translator(BaseTranslator):
             sync = found.before
             detail = f"offset sync {sync.upstream}->{sync.downstream} for the last record before the position"
             return self._answer(position, to_split, sync.downstream + 1, 0, detail)
-        start, bound, count, why = self._conservative(found, otopic, opart, rtopic, rpart, origin_reachable)
+        start, bound, count, why, narrowable = self._conservative(
+            found, otopic, opart, rtopic, rpart, origin_reachable
+        )
         if last is not None:
             if found.before is not None:
                 count = last.offset - found.before.upstream
@@ -138,18 +143,37 @@ class MirrorMaker2Translator(BaseTranslator):
             if match is not None:
                 return self._answer(position, to_split, match.to_offset, match.max_repeats, match.detail)
             notes.append(f"the copy of origin offset {last.offset} was not found from replica offset {start}")
+        elif position.last_timestamp_ms is not None and narrowable:
+            if found.before is not None:
+                count = at - 1 - found.before.upstream
+            match = narrow_by_time(
+                self.replica_lookup,
+                rtopic,
+                rpart,
+                position.last_timestamp_ms,
+                start=start,
+                end=found.after.downstream if found.after is not None else None,
+                count=count,
+                timeout_s=_SCAN_TIMEOUT_S,
+            )
+            if match is not None:
+                return self._answer(
+                    position, to_split, match.to_offset, match.max_repeats, f"{why}; {match.detail}"
+                )
+            notes.append(f"no replica record at the last returned record's time from offset {start}")
         elif not origin_reachable:
             notes.append("origin unreachable: no record to match")
         return self._answer(position, to_split, start, bound, "; ".join([why, *notes]))
 
     def _conservative(
         self, found: Lookup, otopic: str, opart: int, rtopic: str, rpart: int, origin_reachable: bool
-    ) -> tuple[int, int | None, int | None, str]:
-        """``(start, max_repeats, scan count, why)`` without a record match."""
+    ) -> tuple[int, int | None, int | None, str, bool]:
+        """``(start, max_repeats, scan count, why, narrowable)`` without a record match (narrowable: the
+        start is at or before the copy of the last record returned, so a scan from it may narrow it)."""
         if found.before is not None:
             sync = found.before
             why = f"after offset sync {sync.upstream}->{sync.downstream} (MM2's rule)"
-            return found.to_offset or 0, found.max_repeats, None, why
+            return found.to_offset or 0, found.max_repeats, None, why, True
         if not origin_reachable and self.group_id:
             checkpoint = self._checkpoint(rtopic, rpart)
             if checkpoint is not None and checkpoint.upstream <= found.position:
@@ -157,14 +181,14 @@ class MirrorMaker2Translator(BaseTranslator):
                     f"no offset sync at or below the position; MM2 checkpoint of group {self.group_id}: "
                     f"{checkpoint.upstream}->{checkpoint.downstream}"
                 )
-                return checkpoint.downstream, None, None, why
+                return checkpoint.downstream, None, None, why, checkpoint.upstream < found.position
         low, _high = self.replica_lookup.watermarks(rtopic, rpart)
         first = found.after
         if first is None:
             why = f"no offset sync for {otopic}/{opart} yet: from the replica's log start"
-            return low, None, None, why
+            return low, None, None, why, True
         why = f"the position is below the first offset sync kept ({first.upstream}->{first.downstream})"
-        return low, max(0, first.downstream - low), None, f"{why}: from the replica's log start"
+        return low, max(0, first.downstream - low), None, f"{why}: from the replica's log start", True
 
     def _checkpoint(self, rtopic: str, rpart: int) -> Checkpoint | None:
         if self._checkpoints is None and self.group_id:
