@@ -48,11 +48,9 @@ def default_translator_factory(
     replica_of: ReplicaOf, origin: ClusterMetadata, replica: ClusterMetadata, **kwargs: Any
 ) -> Translator:
     """:func:`multicluster_source.replicas._translate.make_translator`, imported when first needed."""
-    import importlib
+    from multicluster_source.replicas._translate import make_translator
 
-    module: Any = importlib.import_module("multicluster_source.replicas._translate")
-    translator: Translator = module.make_translator(replica_of, origin, replica, **kwargs)
-    return translator
+    return make_translator(replica_of, origin, replica, **kwargs)
 
 
 class ReplicaHandovers:
