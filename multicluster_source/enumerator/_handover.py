@@ -77,6 +77,9 @@ class ReplicaHandovers:
         self._declared: dict[str, ClusterMetadata] = {}
         self._unreachable_since: dict[str, float] = {}
         self.auto_failed: set[str] = set(state.auto_failed)
+        self._restored_times = dict(
+            state.last_times
+        )  # last returned timestamps as of the restored checkpoint
         self._closed = False
 
     # ----------------------------------------------------------------------------------------- metadata
@@ -183,6 +186,8 @@ class ReplicaHandovers:
         for origin_sid, copies in sorted(wanted.items()):
             split = self._splits[origin_sid]
             offset, ts = known.get(origin_sid, (split.starting_offset, None))
+            if ts is None and offset == split.starting_offset:  # nothing returned since the restore
+                ts = self._restored_times.get(origin_sid)
             position = OriginPosition(origin_sid, offset, ts)
             for rsid, r in copies:
                 reachable = r.cluster not in failed
@@ -326,7 +331,9 @@ class ReplicaHandovers:
 
     def state(self) -> ReplicaState:
         """What a checkpoint keeps (pending handovers, translations done, origins failed automatically)."""
-        return ReplicaState(tuple(self.pending.values()), tuple(self.done), frozenset(self.auto_failed))
+        times = getattr(self._ctx, "watched_times", None)
+        last = times() if times is not None else {}
+        return ReplicaState(tuple(self.pending.values()), tuple(self.done), frozenset(self.auto_failed), last)
 
     def status(self) -> list[dict[str, Any]]:
         """``status()["handovers"]``: one entry per translated split."""

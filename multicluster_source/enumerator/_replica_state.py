@@ -7,18 +7,22 @@ Version 1 (JSON)::
                               "last_timestamp_ms": 1700000000000 | null, "origin_reachable": true}, ...],
                  "done": [{"from": ..., "to": ..., "from_offset": 42, "to_offset": 40, "mode": "exact",
                            "max_repeats": 0 | null, "detail": "..."}, ...],
-                 "auto_failed": ["east"]}
+                 "auto_failed": ["east"],
+                 "last_times": {"east/orders/0": 1700000000000}}      # optional
 
 ``pending`` are handovers decided (the origin split was fenced at ``from_offset``) whose replica split has not
 started yet: a restore translates them again from the same positions, so nothing is lost and nothing the
 caller had before the checkpoint comes again. ``done`` is what ``status()["handovers"]`` shows.
-``auto_failed`` are origins failed over after ``replica.failover.unreachable.ms``. A state without the
+``auto_failed`` are origins failed over after ``replica.failover.unreachable.ms``. ``last_times`` are the
+timestamps of the last records returned from the splits a replica copies (the ``timestamp`` translation of a
+handover decided after a restore, before any record came again). A state without the
 section (older checkpoints) has none of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from multicluster_source.exceptions import CheckpointError
@@ -46,9 +50,10 @@ class ReplicaState:
     pending: tuple[PendingHandover, ...] = ()
     done: tuple[Translation, ...] = ()
     auto_failed: frozenset[str] = frozenset()
+    last_times: Mapping[str, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.pending or self.done or self.auto_failed)
+        return bool(self.pending or self.done or self.auto_failed or self.last_times)
 
     def to_dict(self) -> dict[str, Any]:
         """The current JSON-ready form."""
@@ -66,7 +71,7 @@ class ReplicaState:
             ],
             "done": [t.to_status() for t in self.done],
             "auto_failed": sorted(self.auto_failed),
-        }
+        } | ({"last_times": dict(sorted(self.last_times.items()))} if self.last_times else {})
 
     @staticmethod
     def from_dict(data: Any) -> ReplicaState:
@@ -96,9 +101,10 @@ class ReplicaState:
             )
             done = tuple(_translation(t) for t in data.get("done", []))
             auto_failed = frozenset(str(c) for c in data.get("auto_failed", []))
+            last_times = {str(s): int(t) for s, t in (data.get("last_times") or {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"malformed 'replicas' section: {exc}") from exc
-        return ReplicaState(pending, done, auto_failed)
+        return ReplicaState(pending, done, auto_failed, last_times)
 
 
 def _translation(t: Any) -> Translation:

@@ -69,6 +69,11 @@ class PositionTracker:
             if self._fenced:
                 self._fenced = self._fenced - frozenset(split_ids)
 
+    def watched_times(self) -> dict[str, int]:
+        """Split id -> timestamp of the last delivered record, for the watched splits that have one."""
+        with self._lock:
+            return dict(self._times)
+
     def watch(self, split_ids: Sequence[str]) -> None:
         """Keep the last delivered timestamp of exactly ``split_ids`` from now on."""
         with self._lock:
@@ -110,6 +115,10 @@ class PositionFencing:
     def watch_positions(self, split_ids: Sequence[str]) -> None:
         """Keep the last delivered record's timestamp of ``split_ids``."""
         self._tracker.watch(split_ids)
+
+    def watched_times(self) -> dict[str, int]:
+        """The last delivered record's timestamp of the watched splits (for checkpoints)."""
+        return self._tracker.watched_times()
 
 
 def last_times(cluster_id: str, messages: Sequence[Any], wanted: AbstractSet[str]) -> dict[str, int]:

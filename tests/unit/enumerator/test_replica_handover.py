@@ -71,6 +71,9 @@ class FencingContext(SyncContext):
     def watch_positions(self, split_ids: Sequence[str]) -> None:
         self.tracker.watch(split_ids)
 
+    def watched_times(self) -> dict[str, int]:
+        return self.tracker.watched_times()
+
 
 class RecordingTranslator:
     """Identical offsets, minus ``shift``; records every call."""
@@ -369,3 +372,20 @@ def test_poll_batches_drops_fenced_messages_too() -> None:
     tracker.fence(["east/orders/0"])
     [batch] = Delivery(handoff, RecordMaker(None), tracker).batches(0.1, 10, lambda: True)
     assert [(m.partition(), m.offset()) for m in batch.messages] == [(1, 0)]
+
+
+def test_last_returned_timestamps_survive_a_restore_for_the_timestamp_translation() -> None:
+    RecordingTranslator.made.clear()
+    service = InMemoryMetadataService(streams(east("orders"), west("orders", "east.orders")))
+    enumerator, ctx, _ = make(service)
+    ctx.tracker.advance({"east/orders/0": 8}, {"east/orders/0": 4242})
+    state = enumerator.snapshot_state(1)
+    assert state["replicas"]["last_times"] == {"east/orders/0": 4242}
+    restored = EnumeratorState.from_dict(state).with_positions(ctx.tracker.snapshot())
+    fresh = FencingContext()
+    fresh.tracker = PositionTracker(ctx.tracker.snapshot())  # as a restored stream's tracker
+    again, _ctx2, _ = make(service, restored, ctx=fresh)
+    service.set_streams(streams(west("orders", "east.orders")))
+    again.refresh()
+    asks = RecordingTranslator.made[-1].calls[0][0]
+    assert asks[0][0] == OriginPosition("east/orders/0", 8, 4242)
