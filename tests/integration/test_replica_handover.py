@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from harness.cluster import Cluster, unique_name
@@ -264,3 +265,47 @@ def test_kill_9_while_a_handover_waits_then_restart_loses_and_repeats_nothing(
     assert set(counts) == {f"{p}-{i}".encode() for p in range(2) for i in range(400)}, "nothing lost"
     assert [v for v, c in counts.items() if c > 1] == [], "nothing repeated"
     assert sorted(o for s, o, _v in second if s.endswith("/0"))[0] == 300
+
+
+# ---------------------------------------------------------------------------------------- describe
+
+
+def test_describe_group_shows_what_a_handover_would_start_at(kafka_clusters: Any, tmp_path: Path) -> None:
+    east, west = kafka_clusters(2)
+    topic, copy = _topics(east, west, 2)
+    _copy(east, west, topic, copy, 2, 0, 50)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = east.consumer(**{"group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 20), TopicPartition(topic, 1, 35)], asynchronous=False
+        )
+    finally:
+        consumer.close()
+    results = {}
+    for offsets in ("identical", "timestamp"):
+        path = write_metadata_file(
+            tmp_path / f"{offsets}.yaml", _streams(east, west, topic, copy, offsets, origin=True)
+        )
+        args = ["describe", "--metadata", str(path), "--group", group, "--json"]
+        done = subprocess.run(
+            [sys.executable, "-m", "multicluster_source", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        results[offsets] = json.loads(done.stdout)["streams"]["orders"]["handovers"]
+    assert [
+        (h["from"], h["to"], h["from_offset"], h["to_offset"], h["mode"]) for h in results["identical"]
+    ] == [
+        (f"east/{topic}/0", f"west/{copy}/0", 20, 20, "identical"),
+        (f"east/{topic}/1", f"west/{copy}/1", 35, 35, "identical"),
+    ]
+    # the timestamp of the last received record (offset 19, 34) is found again on the copy
+    assert [(h["to_offset"], h["mode"]) for h in results["timestamp"]] == [
+        (19, "timestamp"),
+        (34, "timestamp"),
+    ]
