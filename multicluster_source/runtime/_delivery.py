@@ -11,6 +11,12 @@ is done with is freed before the next is made (the garbage collector never sees 
 alive). What it took counts as delivered when :meth:`Delivery.settle` looks at how far it got: at the end of
 the batch, on a checkpoint, and before ``poll`` or ``poll_batches`` take over (which also end the iterator
 over that batch, so nothing is handed out twice).
+
+Given a :class:`~._handoff.PositionTracker` (rather than a bare ``advance`` callable), the records of splits
+a replica handover fenced are dropped from what ``poll`` and ``poll_batches`` return: the tracker refuses
+their positions under the same lock the handover took the split's position with, so a record either counts
+in that position or is never handed out. (The for loop hands a record out before it counts: a handover in the
+middle of its batch may repeat the rest of that batch of the origin split from the replica.)
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any, Protocol
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import BatchEventTimes, part_event_times
-from multicluster_source.runtime._handoff import Handoff
+from multicluster_source.runtime._handoff import Handoff, PositionTracker, last_times
 
 
 class RecordMaker(Protocol):
@@ -69,14 +75,15 @@ class Delivery:
         self,
         handoff: Handoff,
         make_records: RecordMaker,
-        advance: Callable[[Mapping[str, int]], None],
+        advance: Callable[[Mapping[str, int]], object] | PositionTracker,
         on_delivered: OnDelivered | None = None,
         gather: int | None = None,
     ) -> None:
         self._handoff = handoff
         self._gather = gather
         self._make_records = make_records
-        self._advance = advance
+        self._tracker = advance if isinstance(advance, PositionTracker) else None
+        self._advance_to = advance.advance if isinstance(advance, PositionTracker) else advance
         self._on_delivered = on_delivered
         self._event_times: Mapping[str, tuple[int, int]] | None = None
         self._batch: RecordBatch | None = None
@@ -84,6 +91,19 @@ class Delivery:
         self._taken: Any = None  # iteration's list iterator over self._batch.messages (None: not iterating)
         self._iterating = 0  # thread id of the iterating caller
         self._ready: Iterator[SourceRecord] | None = None  # next_ready's records of the current batch
+
+    def _advance(
+        self, positions: Mapping[str, int], cluster_id: str = "", messages: Sequence[Any] = ()
+    ) -> frozenset[str]:
+        """Count ``messages`` (reaching ``positions``) as delivered; the fenced splits among them."""
+        tracker = self._tracker
+        if tracker is None:
+            self._advance_to(positions)
+            return frozenset()
+        watched = tracker.watched
+        if watched and not watched.isdisjoint(positions):
+            return tracker.advance(positions, last_times(cluster_id, messages, watched & positions.keys()))
+        return tracker.advance(positions)
 
     @property
     def holding(self) -> bool:
@@ -125,8 +145,8 @@ class Delivery:
             return
         end = len(batch.messages) - taken.__length_hint__()
         if end > self._start:
-            _cluster_id, _messages, positions = self._take_noted(end - self._start)
-            self._advance(positions)
+            cluster_id, messages, positions = self._take_noted(end - self._start)
+            self._advance(positions, cluster_id, messages)
         if self._batch is None:
             self._taken = None
 
@@ -213,11 +233,13 @@ class Delivery:
             except BaseException:
                 self._batch, self._start = batch, start
                 raise
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                made = [r for r in made if f"{r.cluster_id}/{r.topic}/{r.partition}" not in refused]
             if out:
                 out.extend(made)
             else:
                 out = made
-            self._advance(positions)
         return out
 
     def batches(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[MessageBatch]:
@@ -228,7 +250,11 @@ class Delivery:
         deadline = time.monotonic() + timeout
         while n < max_records and self._next(deadline, bool(out), stopped) is not None:
             cluster_id, messages, positions = self._take_noted(max_records - n)
-            out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
-            self._advance(positions)
             n += len(messages)
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                messages = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
+                if not messages:
+                    continue
+            out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
         return out
