@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from harness.cluster import Cluster
-from harness.mm2 import MM2Pair, end_offsets, read_partition
+from harness.mm2 import MirrorMaker2, MM2Pair, end_offsets, read_partition
 from multicluster_source import (
     ClusterMetadata,
     FileMetadataService,
@@ -197,3 +197,51 @@ def test_failover_after_kill_9_of_the_origin_delivers_every_copied_record(
     repeated = sum(c - 1 for c in counts.values())
     bound = _bound(status)
     assert bound is None or repeated <= bound, (repeated, handovers)
+
+
+def test_failback_hands_over_to_the_copy_made_in_the_other_direction(
+    mm2_pair: MM2Pair, tmp_path: Path
+) -> None:
+    """After a failover to west, producers write to west's own topic; MM2 west->east copies it back to east
+    (``west.<topic>``), and removing west from the metadata hands each partition back to east."""
+    east, west = mm2_pair.east, mm2_pair.west
+    back = MirrorMaker2(west, east).start()  # the reverse flow, as a failback sets it up
+    try:
+        topic = west.create_topic("orders", partitions=PARTITIONS)
+        writer = _Writer(west, topic).start()
+        copy = back.replica_topic(topic)
+        replica = ClusterMetadata(
+            "east", east.bootstrap_servers, frozenset({copy}), replica_of=ReplicaOf("west")
+        )
+        origin = ClusterMetadata("west", west.bootstrap_servers, frozenset({topic}))
+        both = [KafkaStream("orders", {"west": origin, "east": replica})]
+        path = write_metadata_file(tmp_path / "streams.yaml", both)
+        got: list[SourceRecord] = []
+        try:
+            with _source(path).open(parallelism=2) as stream:
+                _read_until(stream, got, lambda: len(got) >= 400, 60)
+                _read_until(stream, got, lambda: _copied(east, copy) >= 400, 60)  # MM2 at work
+                write_metadata_file(path, [KafkaStream("orders", {"east": replica})])
+                _read_until(stream, got, lambda: any(r.cluster_id == "east" for r in got), 60)
+                writer.stop()
+                back.wait_caught_up(topic)
+                wanted = {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)}
+                _read_until(stream, got, lambda: wanted <= {r.value for r in got}, 90)
+                got.extend(stream.poll(timeout=1.0))
+                status = stream.status()
+        finally:
+            writer.stop()
+    finally:
+        back.kill()
+        back.close()
+    counts = Counter(r.value for r in got)
+    assert not wanted - set(counts), "nothing lost"
+    handovers = status["handovers"]
+    assert sorted((h["from"], h["to"]) for h in handovers) == [
+        (f"west/{topic}/{p}", f"east/{copy}/{p}") for p in range(PARTITIONS)
+    ]
+    repeated = sum(c - 1 for c in counts.values())
+    bound = _bound(status)
+    assert bound is None or repeated <= bound, (repeated, handovers)
+    if all(h["mode"] == "exact" for h in handovers):
+        assert repeated == 0, handovers
