@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from harness.cluster import Cluster
 from harness.mm2 import MirrorMaker2, MM2Pair, end_offsets, read_partition
@@ -120,7 +121,7 @@ def _values_on(cluster: Cluster, topic: str) -> set[bytes]:
 def _copied(cluster: Cluster, topic: str) -> int:
     try:
         return sum(end_offsets(cluster, topic).values())
-    except KeyError:
+    except (KeyError, KafkaException):  # not there yet, or its leader not yet known
         return 0
 
 
