@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,9 +29,11 @@ from multicluster_source.replicas._codec import OffsetSync
 
 __all__ = ["MAX_SYNCS", "RECENT", "Lookup", "SyncStore"]
 
-MAX_SYNCS = 512
-"""At most this many syncs are kept per origin partition."""
-RECENT = 128
+MAX_SYNCS = 128
+"""At most this many syncs are kept per origin partition, as two 8-byte offsets each: measured about 2 KB per
+partition with a full history (20 MB for 10,000 partitions of whatever topics MM2 copies; MM2's own store
+keeps 64 per partition)."""
+RECENT = 32
 """The newest syncs of a partition, kept all."""
 
 
@@ -73,12 +76,14 @@ class Lookup:
 
 
 class _Partition:
-    __slots__ = ("downstream", "syncs", "upstream")
+    """One origin partition's syncs as two parallel ascending arrays of offsets (no object per sync kept)."""
 
-    def __init__(self) -> None:
-        self.upstream: list[int] = []  # ascending
-        self.downstream: list[int] = []  # ascending, parallel
-        self.syncs: list[OffsetSync] = []
+    __slots__ = ("downstream", "partition", "topic", "upstream")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic, self.partition = topic, partition
+        self.upstream = array("q")  # ascending; 8 bytes per offset
+        self.downstream = array("q")
 
     def add(self, sync: OffsetSync) -> None:
         if self.upstream and (sync.upstream <= self.upstream[-1] or sync.downstream <= self.downstream[-1]):
@@ -87,29 +92,33 @@ class _Partition:
             # MM2 copied again from an older position (a restart), or a topic was re-created: the syncs that
             # do not lie strictly below the new one describe copies it supersedes
             keep = 0
-            while keep < len(self.syncs) and (
+            while keep < len(self.upstream) and (
                 self.upstream[keep] < sync.upstream and self.downstream[keep] < sync.downstream
             ):
                 keep += 1
-            del self.upstream[keep:], self.downstream[keep:], self.syncs[keep:]
+            del self.upstream[keep:], self.downstream[keep:]
         self.upstream.append(sync.upstream)
         self.downstream.append(sync.downstream)
-        self.syncs.append(sync)
-        if len(self.syncs) > MAX_SYNCS:
+        if len(self.upstream) > MAX_SYNCS:
             self._thin()
 
     def _thin(self) -> None:
         """Drop every other sync of the older part (the oldest one stays, the newest RECENT all stay)."""
-        older = len(self.syncs) - RECENT
-        kept = [i for i in range(older) if i % 2 == 0] + list(range(older, len(self.syncs)))
-        self.upstream = [self.upstream[i] for i in kept]
-        self.downstream = [self.downstream[i] for i in kept]
-        self.syncs = [self.syncs[i] for i in kept]
+        older = len(self.upstream) - RECENT
+        kept = [i for i in range(older) if i % 2 == 0] + list(range(older, len(self.upstream)))
+        self.upstream = array("q", (self.upstream[i] for i in kept))
+        self.downstream = array("q", (self.downstream[i] for i in kept))
+
+    def sync(self, i: int) -> OffsetSync:
+        return OffsetSync(self.topic, self.partition, self.upstream[i], self.downstream[i])
+
+    def syncs(self) -> list[OffsetSync]:
+        return [self.sync(i) for i in range(len(self.upstream))]
 
     def lookup(self, position: int) -> Lookup:
-        i = bisect.bisect_right(self.upstream, position)  # syncs[:i] are at or below the position
-        before = self.syncs[i - 1] if i > 0 else None
-        after = self.syncs[i] if i < len(self.syncs) else None
+        i = bisect.bisect_right(self.upstream, position)  # syncs [0, i) are at or below the position
+        before = self.sync(i - 1) if i > 0 else None
+        after = self.sync(i) if i < len(self.upstream) else None
         return Lookup(position, before, after)
 
 
@@ -127,7 +136,7 @@ class SyncStore:
         with self._lock:
             part = self._partitions.get((sync.topic, sync.partition))
             if part is None:
-                part = self._partitions[(sync.topic, sync.partition)] = _Partition()
+                part = self._partitions[(sync.topic, sync.partition)] = _Partition(sync.topic, sync.partition)
             part.add(sync)
             self.added += 1
 
@@ -146,13 +155,13 @@ class SyncStore:
         """The newest sync of the partition."""
         with self._lock:
             part = self._partitions.get((topic, partition))
-            return part.syncs[-1] if part is not None and part.syncs else None
+            return part.sync(len(part.upstream) - 1) if part is not None and part.upstream else None
 
     def syncs(self, topic: str, partition: int) -> list[OffsetSync]:
         """The syncs kept for the partition, oldest first."""
         with self._lock:
             part = self._partitions.get((topic, partition))
-            return list(part.syncs) if part is not None else []
+            return part.syncs() if part is not None else []
 
     def partitions(self) -> int:
         """How many origin partitions have syncs."""
