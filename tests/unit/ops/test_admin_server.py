@@ -247,6 +247,28 @@ def test_page_escapes_html() -> None:
     assert "<script>x</script>" not in page and "&lt;script&gt;" in page and "a&amp;b" in page
 
 
+def test_page_shows_replica_handovers_and_held_topics() -> None:
+    handover = {
+        "from": "east/orders/0",
+        "to": "west/east.orders/0",
+        "from_offset": 120,
+        "to_offset": 117,
+        "mode": "conservative",
+        "max_repeats": 2,
+        "detail": "sync 115 -> 112",
+    }
+    status = {
+        "source": "s",
+        "handovers": [handover],
+        "replicas": {"pending": [], "held_topics": {"west": ["x"]}},
+    }
+    page = render_status_page([status])
+    assert 'id="handovers"' in page and 'data-split="west/east.orders/0"' in page
+    assert ">conservative<" in page and ">117<" in page and "sync 115 -&gt; 112" in page
+    assert "west: not read (origin read)" in page
+    assert 'id="handovers"' in render_status_page([{"source": "s"}])  # "no split handed over"
+
+
 # ------------------------------------------------------------------------------------- binding and auth
 
 
