@@ -228,6 +228,9 @@ class ReplicaHandovers:
         entry = self._translators.get(cid)
         translator = entry[2] if entry is not None else None
         reachable = all(h.origin_reachable for _s, h in batch)
+        origin = self._known.get(entry[0].cluster) if entry is not None else None
+        if reachable and (origin is None or not origin.bootstrap_servers):
+            reachable = False  # its connection is unknown (a restart after it left the metadata)
         wait_s = self._s.replica_sync_wait_s
         asks = [(h.origin, s.split_id) for s, h in batch]
         self._in_flight.update(s.split_id for s, _h in batch)
