@@ -391,3 +391,21 @@ def test_last_returned_timestamps_survive_a_restore_for_the_timestamp_translatio
     again.refresh()
     asks = RecordingTranslator.made[-1].calls[0][0]
     assert asks[0][0] == OriginPosition("east/orders/0", 8, 4242)
+
+
+def test_the_for_loop_skips_fenced_records_of_batches_taken_after_the_fence() -> None:
+    tracker = PositionTracker()
+    handoff = Handoff(4)
+    for messages in ([_msg(0, 0, 1), _msg(1, 0, 1)], [_msg(0, 1, 2), _msg(1, 1, 2)]):
+        assert handoff.put(RecordBatch("east", messages, part_positions("east", messages)), lambda: False)
+    delivery = Delivery(handoff, RecordMaker(None), tracker)
+    first = delivery.iterate(0.1, lambda: True)
+    assert first is not None
+    assert [(r.partition, r.offset) for r in first] == [(0, 0), (1, 0)]
+    delivery.settle()
+    assert tracker.fence(["east/orders/0"]) == {"east/orders/0": (1, None)}
+    second = delivery.iterate(0.1, lambda: True)
+    assert second is not None
+    assert [(r.partition, r.offset) for r in second] == [(1, 1)]
+    delivery.settle()
+    assert tracker.get(["east/orders/0", "east/orders/1"]) == {"east/orders/0": 1, "east/orders/1": 2}
