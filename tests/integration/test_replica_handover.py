@@ -298,6 +298,15 @@ def test_describe_group_shows_what_a_handover_would_start_at(kafka_clusters: Any
         )
         assert done.returncode == 0, done.stderr
         results[offsets] = json.loads(done.stdout)["streams"]["orders"]["handovers"]
+        text = subprocess.run(
+            [sys.executable, "-m", "multicluster_source", *args[:-1]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        assert f"handover east/{topic}/0@20 -> west/{copy}/0@" in text.stdout, text.stdout
     assert [
         (h["from"], h["to"], h["from_offset"], h["to_offset"], h["mode"]) for h in results["identical"]
     ] == [
