@@ -133,6 +133,14 @@ def test_get_topics(server: AdminServer) -> None:
     assert json.loads(body) == {"billing": {"topics": {"east": ["orders"]}}}
 
 
+def test_get_handovers(server: AdminServer) -> None:
+    status, _, body = call(f"{server.url}/sources/billing/handovers")
+    assert status == 200
+    assert json.loads(body) == {"billing": {"handovers": [], "replicas": {"pending": [], "held_topics": {}}}}
+    assert call(f"{server.url}/sources/nope/handovers")[0] == 404
+    assert call(f"{server.url}/sources/billing/handovers", method="PUT")[0] == 405
+
+
 def test_reset_is_202_and_empties_topics(server: AdminServer, source: FakeSource) -> None:
     status, _, body = call(f"{server.url}/sources/billing/topics/reset", "PUT")
     assert status == 202 and body == b""
