@@ -21,6 +21,10 @@ Figures per kind: duplicates, losses, the reported ``max_repeats``, the modes, t
 (``translate_ms``: waiting for MM2 included) and the time from its call to the first replica record of every
 partition read at its answers (``first_record_ms``; none where an answer is the end of a quiet partition).
 
+Then the same through the source itself (``benchmarks/_handover_source.py``: a live metadata change, kinds
+``end``, ``mid``, ``producing``; ``first_replica_ms`` from the metadata file write to the first record
+returned from the replica).
+
 Run: ``python benchmarks/bench_handover.py [--cycles 10] [--failovers 2] [--records 2000]``; writes
 ``benchmarks/results/handover.json``.
 """
@@ -44,6 +48,7 @@ if __package__ in (None, ""):
 from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks._brokers import RESULTS_DIR, machine_info
+from benchmarks._handover_source import source_cycle
 from multicluster_source.metadata import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.replicas import OriginPosition, Translation
@@ -279,7 +284,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "duplicates": sum(r["duplicates"] for r in runs),
         "losses": sum(r["losses"] for r in runs),
         "duplicates_over_bound": sum(
-            1 for r in runs if r["duplicates"] > sum(b or 0 for b in r["max_repeats"])
+            1 for r in runs if None not in r["max_repeats"] and r["duplicates"] > sum(r["max_repeats"])
         ),
         "max_repeats_max": max(bounds) if bounds else None,
         "modes": {
@@ -289,6 +294,27 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "translate_ms_max": max(translate),
         "first_record_ms_median": statistics.median(latencies) if latencies else None,
         "first_record_ms_max": max(latencies) if latencies else None,
+    }
+
+
+def _source_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    latencies = [r["first_replica_ms"] for r in runs if r["first_replica_ms"] is not None]
+    bounds = [b for r in runs for b in r["max_repeats"] if b is not None]
+    return {
+        "cycles": len(runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "losses": sum(r["losses"] for r in runs),
+        "duplicates_over_bound": sum(
+            1 for r in runs if None not in r["max_repeats"] and r["duplicates"] > sum(r["max_repeats"])
+        ),
+        "max_repeats_max": max(bounds) if bounds else None,
+        "modes": {
+            m: sum(r["modes"].count(m) for r in runs) for m in sorted({m for r in runs for m in r["modes"]})
+        },
+        "handover_ms_median": statistics.median(r["handover_ms"] for r in runs),
+        "handover_ms_max": max(r["handover_ms"] for r in runs),
+        "first_replica_ms_median": statistics.median(latencies) if latencies else None,
+        "first_replica_ms_max": max(latencies) if latencies else None,
     }
 
 
@@ -302,16 +328,25 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000, help="records per partition before a handover")
     parser.add_argument("--wait", type=float, default=10.0, help="how long a translation may wait for MM2")
     parser.add_argument("--seed", type=int, default=22)
+    parser.add_argument(
+        "--source-cycles", type=int, default=None, help="cycles through the source (default: --cycles)"
+    )
     args = parser.parse_args()
+    source_cycles = args.cycles if args.source_cycles is None else args.source_cycles
     rng = random.Random(args.seed)
     pool = _pool.ClusterPool("kafka")
     runs: dict[str, list[dict[str, Any]]] = {}
+    source_runs: dict[str, list[dict[str, Any]]] = {}
     try:
         pair = _mm2.start_mm2_pair(pool)
         pair.east_alive = True
         try:
             for kind in ("caught_up_end", "caught_up_mid", "producing"):
                 runs[kind] = [cycle(pair, kind, args.records, args.wait, rng) for _ in range(args.cycles)]
+            for kind in ("end", "mid", "producing"):
+                source_runs[kind] = [
+                    source_cycle(pair, kind, args.records, args.wait) for _ in range(source_cycles)
+                ]
         finally:
             pair.close(pool)
         runs["failover"] = [failover(pool, args.records, args.wait, rng) for _ in range(args.failovers)]
@@ -321,12 +356,14 @@ def main() -> None:
         "machine": machine_info("kafka"),
         "config": {k: getattr(args, k) for k in ("cycles", "failovers", "records", "wait", "seed")},
         "partitions": PARTITIONS,
-        "translation": {kind: _summary(r) for kind, r in runs.items()},
+        "translation": {kind: _summary(r) for kind, r in runs.items() if r},
+        "source": {kind: _source_summary(r) for kind, r in source_runs.items() if r},
         "runs": runs,
+        "source_runs": source_runs,
     }
     RESULTS_DIR.mkdir(exist_ok=True)
     (RESULTS_DIR / "handover.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report["translation"], indent=2))
+    print(json.dumps({"translation": report["translation"], "source": report["source"]}, indent=2))
 
 
 if __name__ == "__main__":
