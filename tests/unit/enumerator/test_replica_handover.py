@@ -409,3 +409,17 @@ def test_the_for_loop_skips_fenced_records_of_batches_taken_after_the_fence() ->
     assert [(r.partition, r.offset) for r in second] == [(1, 1)]
     delivery.settle()
     assert tracker.get(["east/orders/0", "east/orders/1"]) == {"east/orders/0": 1, "east/orders/1": 2}
+
+
+def test_the_translator_is_made_again_once_its_origin_becomes_known() -> None:
+    RecordingTranslator.made.clear()
+    service = InMemoryMetadataService(streams(west("orders", "east.orders")))
+    enumerator, _ctx, _ = make(service)
+    [first] = RecordingTranslator.made
+    assert first.origin.bootstrap_servers == ""  # not in the metadata: unknown
+    service.set_streams(streams(east("orders"), west("orders", "east.orders")))
+    enumerator.refresh()
+    assert first.closed and RecordingTranslator.made[-1].origin.bootstrap_servers == "east:9092"
+    service.set_streams(streams(west("orders", "east.orders")))  # the origin leaves: same translator
+    enumerator.refresh()
+    assert len(RecordingTranslator.made) == 2 and not RecordingTranslator.made[-1].closed
