@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from multicluster_source.enumerator._copies import failed_origins, replica_splits_of
@@ -72,14 +72,12 @@ class ReplicaHandovers:
         self.pending: dict[str, PendingHandover] = {p.to_split: p for p in state.pending}
         self.done: list[Translation] = list(state.done)
         self._in_flight: set[str] = set()
-        self._translators: dict[str, tuple[ReplicaOf, ClusterMetadata, Translator | None]] = {}
+        self._translators: dict[str, _Made] = {}
         self._known: dict[str, ClusterMetadata] = {}  # last declared metadata of every cluster seen
         self._declared: dict[str, ClusterMetadata] = {}
         self._unreachable_since: dict[str, float] = {}
         self.auto_failed: set[str] = set(state.auto_failed)
-        self._restored_times = dict(
-            state.last_times
-        )  # last returned timestamps as of the restored checkpoint
+        self._restored_times = dict(state.last_times)  # last returned timestamps at the restored checkpoint
         self._closed = False
 
     # ----------------------------------------------------------------------------------------- metadata
@@ -99,17 +97,24 @@ class ReplicaHandovers:
             r = cluster.replica_of
             if r is None:
                 continue
+            origin = self._known.get(r.cluster) or ClusterMetadata(r.cluster, "", frozenset())
             had = self._translators.get(cid)
-            if had is not None and _same(had[0], r) and had[1].same_connection(cluster):
+            if (
+                had is not None
+                and _same(had.replica_of, r)
+                and had.replica.same_connection(cluster)
+                and had.origin.same_connection(origin)  # an origin that left keeps its last connection
+            ):
                 continue
             if had is not None:
                 self._close_translator(cid)
-            self._translators[cid] = (r, cluster, self._make(r, cluster))
+            self._translators[cid] = _Made(r, cluster, origin, self._make(r, origin, cluster))
         self.auto_failed &= {m.replica_of.cluster for m in declared.values() if m.replica_of}
         self.watch()
 
-    def _make(self, replica_of: ReplicaOf, replica: ClusterMetadata) -> Translator | None:
-        origin = self._known.get(replica_of.cluster) or ClusterMetadata(replica_of.cluster, "", frozenset())
+    def _make(
+        self, replica_of: ReplicaOf, origin: ClusterMetadata, replica: ClusterMetadata
+    ) -> Translator | None:
         factory = self._s.translator_factory or default_translator_factory
         try:
             translator = factory(
@@ -138,7 +143,7 @@ class ReplicaHandovers:
         return translator
 
     def _close_translator(self, cid: str) -> None:
-        _r, _c, translator = self._translators.pop(cid)
+        translator = self._translators.pop(cid).translator
         if translator is not None:
             try:
                 translator.close()
@@ -226,8 +231,11 @@ class ReplicaHandovers:
 
     def _translate(self, cid: str, batch: list[tuple[KafkaPartitionSplit, PendingHandover]]) -> None:
         entry = self._translators.get(cid)
-        translator = entry[2] if entry is not None else None
+        translator = entry.translator if entry is not None else None
         reachable = all(h.origin_reachable for _s, h in batch)
+        origin = entry.origin if entry is not None else None
+        if reachable and (origin is None or not origin.bootstrap_servers):
+            reachable = False  # its connection is unknown (a restart after it left the metadata)
         wait_s = self._s.replica_sync_wait_s
         asks = [(h.origin, s.split_id) for s, h in batch]
         self._in_flight.update(s.split_id for s, _h in batch)
@@ -347,6 +355,16 @@ class ReplicaHandovers:
 
 
 _EMPTY = ClusterMetadata("", "", frozenset())
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A translator and what it was made for (its origin's connection: empty when unknown)."""
+
+    replica_of: ReplicaOf
+    replica: ClusterMetadata
+    origin: ClusterMetadata
+    translator: Translator | None
 
 
 def _same(a: ReplicaOf, b: ReplicaOf) -> bool:

@@ -15,8 +15,9 @@ over that batch, so nothing is handed out twice).
 Given a :class:`~._handoff.PositionTracker` (rather than a bare ``advance`` callable), the records of splits
 a replica handover fenced are dropped from what ``poll`` and ``poll_batches`` return: the tracker refuses
 their positions under the same lock the handover took the split's position with, so a record either counts
-in that position or is never handed out. (The for loop hands a record out before it counts: a handover in the
-middle of its batch may repeat the rest of that batch of the origin split from the replica.)
+in that position or is never handed out; batches taken after the fence lose those splits' messages at once.
+(The for loop hands a record out before it counts: a handover in the middle of the batch it iterates may
+repeat what it handed out of that batch of the origin split from the replica.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Protocol
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.framework._watermarks import BatchEventTimes, part_event_times
+from multicluster_source.framework._watermarks import BatchEventTimes, kafka_event_times, part_event_times
 from multicluster_source.runtime._handoff import Handoff, PositionTracker, last_times
 
 
@@ -168,6 +169,7 @@ class Delivery:
             # with records in hand, only what is buffered: no fetching inline for more (memory, GC)
             batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=not have)
             if batch is not None:
+                batch = self._unfenced(batch)
                 if not batch.messages:  # positions alone (an offset reset): nothing to hand out
                     self._advance(batch.positions)
                     continue
@@ -176,6 +178,21 @@ class Delivery:
             if have or time.monotonic() >= deadline or stopped():
                 return None
         return self._batch
+
+    def _unfenced(self, batch: RecordBatch) -> RecordBatch:
+        """``batch`` without the messages of splits a replica handover fenced (a batch fetched before)."""
+        fenced = self._tracker.fenced if self._tracker is not None else frozenset()
+        if not fenced or fenced.isdisjoint(batch.positions):
+            return batch
+        cid = batch.cluster_id
+        kept = [m for m in batch.messages if f"{cid}/{m.topic()}/{m.partition()}" not in fenced]
+        times = batch.event_times
+        if isinstance(times, BatchEventTimes):
+            times = kafka_event_times(cid, kept, ends_only=times.ends_only)
+        elif times is not None:
+            times = {s: t for s, t in times.items() if s not in fenced}
+        positions = {s: p for s, p in batch.positions.items() if s not in fenced}
+        return RecordBatch(cid, kept, positions, times)
 
     def _take(self, room: int) -> tuple[str, Sequence[Any], Mapping[str, int]]:
         """Up to ``room`` messages of the current batch and the positions they reach; the caller advances

@@ -63,6 +63,11 @@ class PositionTracker:
             self._fenced = self._fenced | frozenset(split_ids)
             return {s: (self._positions[s], self._times.get(s)) for s in split_ids if s in self._positions}
 
+    @property
+    def fenced(self) -> frozenset[str]:
+        """The fenced splits now (read without the lock: the set is replaced, never changed)."""
+        return self._fenced
+
     def unfence(self, split_ids: Sequence[str]) -> None:
         """Count records of ``split_ids`` again (the split was assigned anew)."""
         with self._lock:

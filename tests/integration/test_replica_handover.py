@@ -298,6 +298,15 @@ def test_describe_group_shows_what_a_handover_would_start_at(kafka_clusters: Any
         )
         assert done.returncode == 0, done.stderr
         results[offsets] = json.loads(done.stdout)["streams"]["orders"]["handovers"]
+        text = subprocess.run(
+            [sys.executable, "-m", "multicluster_source", *args[:-1]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        assert f"handover east/{topic}/0@20 -> west/{copy}/0@" in text.stdout, text.stdout
     assert [
         (h["from"], h["to"], h["from_offset"], h["to_offset"], h["mode"]) for h in results["identical"]
     ] == [
@@ -309,3 +318,48 @@ def test_describe_group_shows_what_a_handover_would_start_at(kafka_clusters: Any
         (19, "timestamp"),
         (34, "timestamp"),
     ]
+
+
+# ---------------------------------------------------------------------------------------- failover
+
+
+def test_unreachable_origin_fails_over_by_itself_without_loss(
+    fresh_cluster: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    """``replica.failover.unreachable.ms``: kill -9 of the origin's broker mid-stream; the source fails over
+    to the copy by itself and translates the positions it had delivered (identical: exactly)."""
+    origin, replica = fresh_cluster("dr-origin"), kafka_cluster
+    topic, copy = _topics(origin, replica, 2)
+    _copy(origin, replica, topic, copy, 2, 0, 300)
+    path = write_metadata_file(
+        tmp_path / "streams.yaml", _streams(origin, replica, topic, copy, "identical", origin=True)
+    )
+    got: list[SourceRecord] = []
+    small_fetches = {
+        "queued.min.messages": "20",
+        "max.partition.fetch.bytes": "2048",
+    }  # mid-stream at the kill
+    source = _source(path, **{"replica.failover.unreachable.ms": "2000"}, **small_fetches)
+    with source.open(parallelism=1) as stream:
+        deadline = time.monotonic() + 60
+        while len(got) < 200 and time.monotonic() < deadline:
+            got.extend(stream.poll(timeout=0.2, max_records=7))
+        origin.stop_node(0, graceful=False)
+        for p in range(2):  # what the copy had beyond what the origin could still hand out
+            _write(replica, copy, p, 300, 400)
+        wanted = {f"{p}-{i}".encode() for p in range(2) for i in range(400)}
+        deadline = time.monotonic() + 120
+        while not wanted <= {r.value for r in got} and time.monotonic() < deadline:
+            got.extend(stream.poll(timeout=0.2, max_records=7))
+        got.extend(stream.poll(timeout=1.0))
+        status = stream.status()
+    counts = Counter(r.value for r in got)
+    assert set(counts) == wanted, "nothing lost"
+    assert [v for v, c in counts.items() if c > 1] == [], "nothing twice"
+    handovers = status["handovers"]
+    assert {h["mode"] for h in handovers} == {"identical"} and len(handovers) == 2, handovers
+    for h in handovers:  # from the positions delivered when it failed over
+        p = int(h["from"].rsplit("/", 1)[1])
+        from_origin = [r.offset for r in got if r.cluster_id == origin.cluster_id and r.partition == p]
+        assert h["from_offset"] == h["to_offset"] == max(from_origin, default=-1) + 1
+    assert min(h["from_offset"] for h in handovers) < 300, "failed over mid-stream"

@@ -321,6 +321,8 @@ def test_a_checkpoint_mid_handover_translates_again_from_the_same_positions() ->
     starts = assigned(ctx2)
     assert starts["west/east.orders/0"] == 11 and starts["west/east.orders/1"] == 4
     assert "east/orders/0" not in starts
+    # the origin left the metadata before the restart: its connection is unknown, so it is not contacted
+    assert RecordingTranslator.made[-1].calls[0][1] is False
     assert again.snapshot_state(2)["replicas"]["pending"] == []
     assert [h["to_offset"] for h in again.status()["handovers"]] == [11, 4]
 
@@ -389,3 +391,35 @@ def test_last_returned_timestamps_survive_a_restore_for_the_timestamp_translatio
     again.refresh()
     asks = RecordingTranslator.made[-1].calls[0][0]
     assert asks[0][0] == OriginPosition("east/orders/0", 8, 4242)
+
+
+def test_the_for_loop_skips_fenced_records_of_batches_taken_after_the_fence() -> None:
+    tracker = PositionTracker()
+    handoff = Handoff(4)
+    for messages in ([_msg(0, 0, 1), _msg(1, 0, 1)], [_msg(0, 1, 2), _msg(1, 1, 2)]):
+        assert handoff.put(RecordBatch("east", messages, part_positions("east", messages)), lambda: False)
+    delivery = Delivery(handoff, RecordMaker(None), tracker)
+    first = delivery.iterate(0.1, lambda: True)
+    assert first is not None
+    assert [(r.partition, r.offset) for r in first] == [(0, 0), (1, 0)]
+    delivery.settle()
+    assert tracker.fence(["east/orders/0"]) == {"east/orders/0": (1, None)}
+    second = delivery.iterate(0.1, lambda: True)
+    assert second is not None
+    assert [(r.partition, r.offset) for r in second] == [(1, 1)]
+    delivery.settle()
+    assert tracker.get(["east/orders/0", "east/orders/1"]) == {"east/orders/0": 1, "east/orders/1": 2}
+
+
+def test_the_translator_is_made_again_once_its_origin_becomes_known() -> None:
+    RecordingTranslator.made.clear()
+    service = InMemoryMetadataService(streams(west("orders", "east.orders")))
+    enumerator, _ctx, _ = make(service)
+    [first] = RecordingTranslator.made
+    assert first.origin.bootstrap_servers == ""  # not in the metadata: unknown
+    service.set_streams(streams(east("orders"), west("orders", "east.orders")))
+    enumerator.refresh()
+    assert first.closed and RecordingTranslator.made[-1].origin.bootstrap_servers == "east:9092"
+    service.set_streams(streams(west("orders", "east.orders")))  # the origin leaves: same translator
+    enumerator.refresh()
+    assert len(RecordingTranslator.made) == 2 and not RecordingTranslator.made[-1].closed

@@ -12,6 +12,8 @@ from multicluster_source.exceptions import MetadataValidationError
 from multicluster_source.framework._clientconf import merge_stream_clusters
 from multicluster_source.metadata import dump_streams, parse_streams, validate_streams
 from multicluster_source.metadata._replica import ReplicaOf
+from multicluster_source.metadata._topic_log import MetadataLog, MetadataSnapshot
+from multicluster_source.metadata._topic_plan import plan_publish
 from multicluster_source.metadata._topic_records import PartKey, StreamPart, decode_value, encode_value
 
 BASE = """\
@@ -180,3 +182,19 @@ def test_topic_records_carry_replica_of() -> None:
             PartKey("s", 0),
             b'{"version":1,"clusterId":"west","topics":["t"],"replicaOf":{"cluster":"e","offsets":"x"}}',
         )
+
+
+def test_a_published_stream_reads_back_with_its_replica_of() -> None:
+    streams = parse_streams(
+        BASE + "      replicaOf: {cluster: east, offsets: identical, offsetSyncs: {location: target}}\n",
+        source="s.yaml",
+    )
+    plan = plan_publish(streams, current=MetadataSnapshot())
+    log = MetadataLog()
+    for offset, record in enumerate(plan.records):
+        log.apply(record.key, record.value, offset)
+    assert log.snapshot().stream_set() == streams
+    # the same streams again: nothing to write; a changed declaration rewrites the stream
+    assert not plan_publish(streams, current=log.snapshot()).streams_written
+    changed = parse_streams(BASE + "      replicaOf: {cluster: east, failover: true}\n", source="s.yaml")
+    assert list(plan_publish(changed, current=log.snapshot()).streams_written) == ["orders"]
