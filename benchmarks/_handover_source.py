@@ -33,7 +33,7 @@ from multicluster_source import (
 from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.testing import write_metadata_file
 
-__all__ = ["source_cycle"]
+__all__ = ["source_cycle", "source_failover"]
 
 PARTITIONS = 2
 
@@ -50,6 +50,7 @@ def _produce(cluster: Any, topic: str, start: int, n: int) -> None:
 class _Writer:
     def __init__(self, cluster: Any, topic: str, start: int) -> None:
         self.cluster, self.topic, self.next = cluster, topic, start
+        self.flush_s = 60.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-handover-source-writer", daemon=True)
 
@@ -61,7 +62,7 @@ class _Writer:
                     producer.produce(self.topic, value=f"{p}-{i}".encode(), partition=p)
             self.next += 10
             producer.poll(0.01)
-        producer.flush(60)
+        producer.flush(self.flush_s)
 
     def start(self) -> _Writer:
         self._thread.start()
@@ -72,12 +73,12 @@ class _Writer:
         self._thread.join()
 
 
-def _streams(pair: Any, topic: str, *, origin: bool) -> list[KafkaStream]:
+def _streams(pair: Any, topic: str, *, origin: bool, failover: bool = False) -> list[KafkaStream]:
     replica = ClusterMetadata(
         "west",
         pair.west.bootstrap_servers,
         frozenset({pair.mm2.replica_topic(topic)}),
-        replica_of=ReplicaOf("east", syncs_location=pair.mm2.syncs_location),
+        replica_of=ReplicaOf("east", syncs_location=pair.mm2.syncs_location, failover=failover),
     )
     clusters = [replica]
     if origin:
@@ -156,3 +157,63 @@ def source_cycle(pair: Any, kind: str, records: int, wait_s: float) -> dict[str,
         "handover_ms": (decided - switched) * 1000,
         "first_replica_ms": (first_replica - switched) * 1000 if first_replica is not None else None,
     }
+
+
+def source_failover(pool: Any, mm2: Any, records: int, wait_s: float) -> dict[str, Any]:
+    """One failover through the source: fresh clusters with the offset syncs on the replica, producers
+    writing, the source reading the origin; ``kill -9`` of its broker; the metadata marks it failed. Losses:
+    records MM2 had copied that the source never returned."""
+    pair = mm2.start_mm2_pair(pool, syncs_location="target")
+    try:
+        topic = pair.east.create_topic("failover-src", PARTITIONS)
+        _produce(pair.east, topic, 0, records)
+        pair.mm2.wait_caught_up(topic, timeout=120)
+        writer = _Writer(pair.east, topic, records)
+        writer.flush_s = 2.0
+        got: list[Any] = []
+        first_replica: float | None = None
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_metadata_file(Path(tmp) / "streams.yaml", _streams(pair, topic, origin=True))
+            with _source(path, int(wait_s * 1000)).open(parallelism=2) as stream:
+                writer.start()
+                deadline = time.monotonic() + 60
+                while len(got) < PARTITIONS * records + 200 and time.monotonic() < deadline:
+                    got.extend(stream.poll(timeout=0.1, max_records=20))
+                time.sleep(1.5)  # not polling: the position stays behind what MM2 copies meanwhile
+                pair.east.stop_node(0, graceful=False)
+                writer.stop()
+                time.sleep(1.0)  # MM2 has nothing more to copy
+                copied = _values(pair.west, pair.mm2.replica_topic(topic), mm2)
+                switched = time.perf_counter()
+                write_metadata_file(path, _streams(pair, topic, origin=True, failover=True))
+                deadline = time.monotonic() + 90
+                while not copied <= {r.value for r in got} and time.monotonic() < deadline:
+                    batch = stream.poll(timeout=0.1, max_records=1000)
+                    if first_replica is None and any(r.cluster_id == "west" for r in batch):
+                        first_replica = time.perf_counter()
+                    got.extend(batch)
+                got.extend(stream.poll(timeout=0.5))
+                handovers = stream.status()["handovers"]
+        counts = Counter(r.value for r in got)
+        return {
+            "kind": "failover",
+            "positions": {h["from"].rsplit("/", 1)[1]: h["from_offset"] for h in handovers},
+            "duplicates": sum(c - 1 for c in counts.values()),
+            "losses": len(copied - set(counts)),
+            "not_copied_by_mm2": len(
+                {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)} - copied
+            ),
+            "max_repeats": [h["max_repeats"] for h in handovers],
+            "modes": [h["mode"] for h in handovers],
+            "handover_ms": None,
+            "first_replica_ms": (first_replica - switched) * 1000 if first_replica is not None else None,
+        }
+    finally:
+        pair.close(pool)
+
+
+def _values(cluster: Any, topic: str, mm2: Any) -> set[bytes]:
+    out: set[bytes] = set()
+    for p, end in mm2.end_offsets(cluster, topic).items():
+        out |= {r.value or b"" for r in mm2.read_partition(cluster, topic, p, 0, end)}
+    return out

@@ -22,8 +22,10 @@ Figures per kind: duplicates, losses, the reported ``max_repeats``, the modes, t
 partition read at its answers (``first_record_ms``; none where an answer is the end of a quiet partition).
 
 Then the same through the source itself (``benchmarks/_handover_source.py``: a live metadata change, kinds
-``end``, ``mid``, ``producing``; ``first_replica_ms`` from the metadata file write to the first record
-returned from the replica).
+``end``, ``mid``, ``producing``, and ``failover``: ``kill -9`` of the origin's broker while producers write,
+then ``replicaOf.failover: true``; ``first_replica_ms`` from the metadata file write to the first record
+returned from the replica; a failover's losses are records MM2 had copied and the source never returned,
+``not_copied_by_mm2`` what MM2 had not copied when the origin died).
 
 Run: ``python benchmarks/bench_handover.py [--cycles 10] [--failovers 2] [--records 2000]``; writes
 ``benchmarks/results/handover.json``.
@@ -48,7 +50,7 @@ if __package__ in (None, ""):
 from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks._brokers import RESULTS_DIR, machine_info
-from benchmarks._handover_source import source_cycle
+from benchmarks._handover_source import source_cycle, source_failover
 from multicluster_source.metadata import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.replicas import OriginPosition, Translation
@@ -298,6 +300,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _source_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    handover = [r["handover_ms"] for r in runs if r["handover_ms"] is not None]
     latencies = [r["first_replica_ms"] for r in runs if r["first_replica_ms"] is not None]
     bounds = [b for r in runs for b in r["max_repeats"] if b is not None]
     return {
@@ -311,8 +314,9 @@ def _source_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "modes": {
             m: sum(r["modes"].count(m) for r in runs) for m in sorted({m for r in runs for m in r["modes"]})
         },
-        "handover_ms_median": statistics.median(r["handover_ms"] for r in runs),
-        "handover_ms_max": max(r["handover_ms"] for r in runs),
+        "handover_ms_median": statistics.median(handover) if handover else None,
+        "handover_ms_max": max(handover) if handover else None,
+        "not_copied_by_mm2": sum(r.get("not_copied_by_mm2", 0) for r in runs),
         "first_replica_ms_median": statistics.median(latencies) if latencies else None,
         "first_replica_ms_max": max(latencies) if latencies else None,
     }
@@ -350,6 +354,9 @@ def main() -> None:
         finally:
             pair.close(pool)
         runs["failover"] = [failover(pool, args.records, args.wait, rng) for _ in range(args.failovers)]
+        source_runs["failover"] = [
+            source_failover(pool, _mm2, args.records, args.wait) for _ in range(args.failovers)
+        ]
     finally:
         pool.stop_all()
     report = {
