@@ -236,6 +236,8 @@ class MultiClusterKafkaSource:
             debounce_s=opts.metadata_change_debounce_ms / 1000.0,
             num_standby=opts.num_standby_replicas,
             standby_assignor=self.standby_assignor,
+            replica_sync_wait_s=opts.replica_sync_wait_ms / 1000.0,
+            replica_failover_unreachable_ms=opts.replica_failover_unreachable_ms,
         )
         return MultiClusterEnumerator(context, settings, state)
 

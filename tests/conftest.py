@@ -15,6 +15,7 @@ import pytest
 from harness import Cluster, ClusterPool, ClusterUnavailable
 
 if TYPE_CHECKING:
+    from harness.mm2 import MM2Pair
     from harness.secured import SecuredKafkaCluster
 
 _T = TypeVar("_T")
@@ -86,6 +87,32 @@ def secured_cluster(
     """``secured_cluster("sasl_ssl")`` or ``secured_cluster("mtls")``: the shared Apache Kafka cluster with a
     SASL_SSL (SCRAM-SHA-512) or a mutual-TLS listener (``harness.secured``), started on first use."""
     return lambda mode: _use(request, lambda: cluster_pool.secured(mode))
+
+
+def _mm2_pair(pool: ClusterPool, syncs_location: str) -> Iterator[MM2Pair]:
+    from harness.mm2 import start_mm2_pair
+
+    if pool.kind != "kafka":
+        pytest.skip(f"MirrorMaker 2 tests start their own Apache Kafka clusters, not {pool.kind}")
+    pair = start_mm2_pair(pool, syncs_location="target" if syncs_location == "target" else "source")
+    try:
+        yield pair
+    finally:
+        pair.close(pool)
+
+
+@pytest.fixture(scope="module")
+def mm2_pair(cluster_pool: ClusterPool) -> Iterator[MM2Pair]:
+    """Two fresh single-broker clusters ``east`` and ``west`` of this module and MirrorMaker 2 east->west
+    (offset syncs on east, MM2's default): ``pair.east``, ``pair.west``, ``pair.mm2`` (``harness.mm2``)."""
+    yield from _mm2_pair(cluster_pool, "source")
+
+
+@pytest.fixture(scope="module")
+def mm2_dr_pair(cluster_pool: ClusterPool) -> Iterator[MM2Pair]:
+    """Like ``mm2_pair`` with ``offset-syncs.topic.location=target`` (the syncs on west: what a
+    disaster-recovery set-up needs); its own clusters, so a test may kill east's broker."""
+    yield from _mm2_pair(cluster_pool, "target")
 
 
 @pytest.hookimpl(wrapper=True)

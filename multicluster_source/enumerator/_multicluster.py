@@ -20,9 +20,12 @@ from typing import Any
 from multicluster_source.enumerator._assignment import SplitAssigner
 from multicluster_source.enumerator._clusters import ClusterEnumerators, MetadataChange
 from multicluster_source.enumerator._commit import Offsets, commit_positions
+from multicluster_source.enumerator._copies import blocked_topics, effective_metadata
 from multicluster_source.enumerator._follow import MetadataFollower
+from multicluster_source.enumerator._handover import ReplicaHandovers
 from multicluster_source.enumerator._kafka import ClusterEnumeratorConfig
 from multicluster_source.enumerator._readers import ReaderHandout
+from multicluster_source.enumerator._replica_state import ReplicaState
 from multicluster_source.enumerator._settings import EnumeratorSettings
 from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
 from multicluster_source.exceptions import MetadataError
@@ -85,6 +88,10 @@ class MultiClusterEnumerator:
             leader_racks=self._assigner.rack_aware,
         )
         self._readers = ReaderHandout(context, settings, self._assigner, self._splits, self._finished)
+        replicas = ReplicaState.from_dict(restored.replicas if restored is not None else None)
+        self._handovers = ReplicaHandovers(context, settings, self._splits, self._handed_over, replicas)
+        self._declared: dict[str, ClusterMetadata] = {}  # as the metadata says (_metadata: what is read)
+        self._last_read: list[ClusterMetadata] = []
         self._follower = MetadataFollower(context, settings, self._read_and_apply, self._expire_removed)
 
     # ----------------------------------------------------------------------------------------- lifecycle
@@ -106,11 +113,18 @@ class MultiClusterEnumerator:
         if self.bounded:
             return
         self._follower.follow()
+        self._handovers.follow_origins(
+            self._origin_errors, lambda: self._apply(self._last_read, initial=False)
+        )
 
     def close(self) -> None:
-        """Stop polling, unsubscribe, close every per-cluster enumerator."""
+        """Stop polling, unsubscribe, close every per-cluster enumerator and replica translator."""
         self._follower.close()
         self._clusters.close_all()
+        self._handovers.close()
+
+    def _origin_errors(self) -> dict[str, str | None]:
+        return {cid: e.current_error() for cid, e in self._clusters.enumerators().items()}
 
     # ------------------------------------------------------------------------------------------ metadata
 
@@ -155,12 +169,15 @@ class MultiClusterEnumerator:
 
     def _apply(self, cluster_list: list[ClusterMetadata], *, initial: bool) -> None:
         try:
-            new = merge_stream_clusters(cluster_list)
+            declared = merge_stream_clusters(cluster_list)
         except ValueError as exc:
             raise MetadataError(str(exc)) from exc
+        new = effective_metadata(declared, self._handovers.failed(declared))  # replicaOf: see _copies
         old = self._metadata
-        if not initial and new == old:
+        if not initial and new == old and declared == self._declared:
             return
+        self._declared, self._last_read = declared, cluster_list
+        self._handovers.declare(declared)
         change = MetadataChange.between(old, new)
         # Build every new client configuration first: a bad placeholder rejects the whole update.
         configs = {c: self._clusters.config(new[c]) for c in [*change.added, *change.reconnected]}
@@ -170,6 +187,7 @@ class MultiClusterEnumerator:
         for cid in change.removed:
             self._clusters.close([cid])
             self._discovery_pending.discard(cid)
+        self._handovers.prepare([s for s in self._splits.values() if not _covered(s, new)], new)
         retired = self._retire_uncovered(now_ms)
         for cid in change.removed:
             self._metrics.remove_cluster(cid)
@@ -215,12 +233,7 @@ class MultiClusterEnumerator:
 
     def _retire_uncovered(self, now_ms: int) -> list[str]:
         """Move active splits whose cluster or topic left the metadata to the removed set."""
-        gone = [
-            sid
-            for sid, split in self._splits.items()
-            if split.cluster_id not in self._metadata
-            or split.topic not in self._metadata[split.cluster_id].topics
-        ]
+        gone = [sid for sid, split in self._splits.items() if not _covered(split, self._metadata)]
         for sid in gone:
             split = self._splits.pop(sid)
             self._assigner.release([sid])
@@ -247,10 +260,8 @@ class MultiClusterEnumerator:
     def _on_splits(self, cluster_id: str, splits: Sequence[KafkaPartitionSplit], initial: bool) -> None:
         now_ms = int(self._s.clock() * 1000)
         fresh: list[KafkaPartitionSplit] = []
-        for split in splits:
+        for split in self._handovers.admit([s for s in splits if s.split_id not in self._splits]):
             sid = split.split_id
-            if sid in self._splits:
-                continue
             retained = self._removed.pop(sid, None)
             if retained is not None and now_ms - retained.removed_at_ms <= self._s.removed_retention_ms:
                 position = self._ctx.delivered_positions([sid]).get(sid, retained.split.starting_offset)
@@ -263,6 +274,16 @@ class MultiClusterEnumerator:
         seen |= {s.topic for s in splits}
         self._seen[cluster_id] = frozenset(seen)
         for split in fresh:
+            self._splits[split.split_id] = split
+        self._readers.assign(fresh)
+        self._update_split_gauges()
+        self._handovers.watch()
+
+    def _handed_over(self, splits: list[KafkaPartitionSplit]) -> None:
+        """Replica splits that start where their origin split's position translates to."""
+        fresh = [s for s in splits if _covered(s, self._metadata) and s.split_id not in self._splits]
+        for split in fresh:
+            self._removed.pop(split.split_id, None)
             self._splits[split.split_id] = split
         self._readers.assign(fresh)
         self._update_split_gauges()
@@ -331,6 +352,7 @@ class MultiClusterEnumerator:
             removed=tuple(self._removed.values()),
             seen_topics=dict(self._seen),
             metadata_version=self._version,
+            replicas=self._handovers.state().to_dict() if self._handovers.state() else None,
         )
         return state.to_dict()
 
@@ -374,4 +396,12 @@ class MultiClusterEnumerator:
             "metadata_failures_in_a_row": self._follower.failures,
             "missing_streams": list(self.missing_streams),
             "last_reconciliation": self.last_reconciliation,
+            "handovers": self._handovers.status(),
+            "handovers_pending": sorted(self._handovers.pending),
+            "replica_topics_held": blocked_topics(self._declared, self._metadata),
         }
+
+
+def _covered(split: KafkaPartitionSplit, metadata: Mapping[str, ClusterMetadata]) -> bool:
+    """Whether ``split``'s cluster and topic are in ``metadata``."""
+    return split.cluster_id in metadata and split.topic in metadata[split.cluster_id].topics

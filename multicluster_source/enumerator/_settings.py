@@ -13,6 +13,12 @@ from multicluster_source.enumerator._offsets import OffsetsInitializer
 from multicluster_source.enumerator._standby import RackAwareStandbyAssignor
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
+from multicluster_source.replicas._model import Translator
+
+TranslatorFactory = Callable[..., Translator]
+"""``factory(replica_of, origin, replica, *, group_id, properties) -> Translator`` (a ``ReplicaOf`` and two
+``ClusterMetadata``); ``origin.bootstrap_servers`` is empty when the origin's connection is unknown (a restart
+after it left the metadata)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,13 @@ class EnumeratorSettings:
     :mod:`multicluster_source.metadata._watch`), so this only joins changes made in quick succession."""
     admin_factory: AdminFactory = default_admin_factory
     clock: Callable[[], float] = time.time
+    replica_sync_wait_s: float = 5.0
+    """``replica.sync.wait.ms``: how long a translation may wait for MirrorMaker 2 to catch up."""
+    replica_failover_unreachable_ms: int = -1
+    """``replica.failover.unreachable.ms``: an origin unreachable this long fails over; -1 never."""
+    translator_factory: TranslatorFactory | None = None
+    """Makes the translator of a ``replicaOf`` declaration; None: MirrorMaker 2's
+    (:func:`multicluster_source.replicas._translate.make_translator`, imported when first needed)."""
 
     @property
     def bounded(self) -> bool:

@@ -7,7 +7,8 @@ Version 1 (JSON)::
      "finished": ["<split id>", ...],
      "removed":  [{"split": <split v1>, "removed_at_ms": <int>}, ...],   # kept for the re-add retention
      "seen_topics": {"<cluster id>": ["<topic>", ...]},
-     "metadata_version": <int>}
+     "metadata_version": <int>,
+     "replicas": {"version": 1, ...}}                      # optional: replica handovers (_replica_state)
 
 Cluster properties are never stored (they may hold secrets); restore reads fresh metadata from the service.
 Readers of a newer version refuse older-incompatible input with :class:`CheckpointError`; older versions are
@@ -48,6 +49,8 @@ class EnumeratorState:
     removed: tuple[RemovedSplit, ...] = ()
     seen_topics: dict[str, frozenset[str]] = field(default_factory=dict)
     metadata_version: int = 0
+    replicas: dict[str, Any] | None = None
+    """The ``replicas`` section as written (:mod:`._replica_state` reads it); None: no handover known."""
 
     def to_dict(self) -> dict[str, Any]:
         """The current JSON-ready form."""
@@ -61,7 +64,7 @@ class EnumeratorState:
             ],
             "seen_topics": {c: sorted(t) for c, t in sorted(self.seen_topics.items())},
             "metadata_version": self.metadata_version,
-        }
+        } | ({"replicas": self.replicas} if self.replicas else {})
 
     @staticmethod
     def from_dict(data: Any) -> EnumeratorState:
@@ -84,6 +87,7 @@ class EnumeratorState:
                 ),
                 seen_topics={str(c): frozenset(map(str, t)) for c, t in data.get("seen_topics", {}).items()},
                 metadata_version=int(data.get("metadata_version", 0)),
+                replicas=data.get("replicas"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"malformed enumerator state: {exc}") from exc
@@ -101,6 +105,7 @@ class EnumeratorState:
             removed=tuple(RemovedSplit(moved(r.split), r.removed_at_ms) for r in self.removed),
             seen_topics=self.seen_topics,
             metadata_version=self.metadata_version,
+            replicas=self.replicas,
         )
 
 

@@ -45,7 +45,8 @@ def cluster_client_config(
 def merge_stream_clusters(streams_clusters: list[ClusterMetadata]) -> dict[str, ClusterMetadata]:
     """Union of clusters over several streams: one entry per cluster id with the topics merged.
 
-    Raises ValueError naming the cluster when two streams disagree on its servers or properties.
+    Raises ValueError naming the cluster when two streams disagree on its servers or properties, or declare
+    different ``replicaOf`` (a stream that leaves it out takes the other's).
     """
     merged: dict[str, ClusterMetadata] = {}
     for cluster in streams_clusters:
@@ -58,8 +59,17 @@ def merge_stream_clusters(streams_clusters: list[ClusterMetadata]) -> dict[str, 
                 f"cluster {cluster.cluster_id!r} appears in two streams with different bootstrap servers "
                 "or properties"
             )
+        replica_of = seen.replica_of or cluster.replica_of
+        if cluster.replica_of is not None and cluster.replica_of != replica_of:
+            raise ValueError(
+                f"cluster {cluster.cluster_id!r} appears in two streams with different replicaOf"
+            )
         merged[cluster.cluster_id] = ClusterMetadata(
-            cluster.cluster_id, seen.bootstrap_servers, seen.topics | cluster.topics, seen.properties
+            cluster.cluster_id,
+            seen.bootstrap_servers,
+            seen.topics | cluster.topics,
+            seen.properties,
+            replica_of,
         )
     return merged
 

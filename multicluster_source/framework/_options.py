@@ -168,6 +168,13 @@ _OPTIONS: Final[tuple[_Option, ...]] = (
     _Option("metadata.change.debounce.ms", "metadata_change_debounce_ms", "int", _IntRule(0, MAX_MS)),
     _Option("standby.assignor", "standby_assignor", "spec"),
     _Option("reader.heartbeat.timeout.ms", "reader_heartbeat_timeout_ms", "int", _IntRule(100, MAX_MS)),
+    _Option("replica.sync.wait.ms", "replica_sync_wait_ms", "int", _IntRule(0, MAX_MS)),
+    _Option(
+        "replica.failover.unreachable.ms",
+        "replica_failover_unreachable_ms",
+        "int",
+        _IntRule(1, MAX_MS, "never automatic"),
+    ),
 )
 _BY_KEY: Final = {o.key: o for o in _OPTIONS}
 _BY_FIELD: Final = {o.field: o for o in _OPTIONS}
@@ -202,6 +209,8 @@ class SourceOptions:
     metadata_change_debounce_ms: int = 20
     standby_assignor: str = ""
     reader_heartbeat_timeout_ms: int = 10_000
+    replica_sync_wait_ms: int = 5_000
+    replica_failover_unreachable_ms: int = -1
 
     def __post_init__(self) -> None:
         for f in fields(self):

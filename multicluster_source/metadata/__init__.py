@@ -6,6 +6,7 @@ streams exist; a :class:`KafkaStreamSubscriber` chooses the ones it reads.
 
 Services that ship: :class:`StaticMetadataService` (fixed), :class:`FileMetadataService` (a YAML/JSON file
 in Flink's format, watched), :class:`ConfigMapMetadataService` (a Kubernetes ConfigMap volume or manifest).
+A cluster may declare that its topics copy another cluster's (:class:`ReplicaOf`, the ``replicaOf`` key).
 Property values may hold ``${env:NAME}`` and ``${file:/path}`` placeholders, resolved only when a client is
 created (:func:`resolve_properties`); log properties only through :func:`redact_properties`.
 """
@@ -24,6 +25,7 @@ from multicluster_source.metadata._model import (
 )
 from multicluster_source.metadata._parser import dump_streams, parse_streams
 from multicluster_source.metadata._placeholders import redact_properties, resolve_properties
+from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.metadata._static import StaticMetadataService
 from multicluster_source.metadata._subscriber import (
     KafkaStreamSubscriber,
@@ -42,6 +44,7 @@ __all__ = [
     "KafkaTopicMetadataService",
     "MetadataListener",
     "NotifyingMetadataService",
+    "ReplicaOf",
     "StaticMetadataService",
     "StreamPatternSubscriber",
     "StreamSetSubscriber",

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from multicluster_source.metadata._placeholders import redact_properties
+from multicluster_source.metadata._replica import ReplicaOf
 
 CLUSTER_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 # Kafka's own rule for topic names: legal characters, at most 249, not "." or "..".
@@ -25,12 +26,15 @@ class ClusterMetadata:
 
     ``properties`` may hold unresolved placeholders (``${env:NAME}``, ``${file:PATH}``); they are resolved
     only when a client is created (see :func:`resolve_properties`) and never shown resolved.
+    ``replica_of`` declares that some of the topics copy topics of another cluster (``replicaOf``, API.md
+    section 9): while an origin topic is read, its copy here is not.
     """
 
     cluster_id: str
     bootstrap_servers: str
     topics: frozenset[str]
     properties: Mapping[str, str] = field(default_factory=dict)
+    replica_of: ReplicaOf | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", frozenset(self.topics))
@@ -39,22 +43,22 @@ class ClusterMetadata:
     def __repr__(self) -> str:
         # Never the values of secret-looking properties (placeholders are kept: they name a source).
         props = redact_properties(self.properties)
+        replica = "" if self.replica_of is None else f", replica_of={self.replica_of!r}"
         return (
             f"ClusterMetadata(cluster_id={self.cluster_id!r}, bootstrap_servers={self.bootstrap_servers!r}, "
-            f"topics={sorted(self.topics)!r}, properties={props!r})"
+            f"topics={sorted(self.topics)!r}, properties={props!r}{replica})"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A mappingproxy cannot be pickled: runtimes carry metadata to other processes and machines.
         return (
             ClusterMetadata,
-            (self.cluster_id, self.bootstrap_servers, self.topics, dict(self.properties)),
+            (self.cluster_id, self.bootstrap_servers, self.topics, dict(self.properties), self.replica_of),
         )
 
     def __hash__(self) -> int:
-        return hash(
-            (self.cluster_id, self.bootstrap_servers, self.topics, tuple(sorted(self.properties.items())))
-        )
+        props = tuple(sorted(self.properties.items()))
+        return hash((self.cluster_id, self.bootstrap_servers, self.topics, props, self.replica_of))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ClusterMetadata):
@@ -64,6 +68,7 @@ class ClusterMetadata:
             and self.bootstrap_servers == other.bootstrap_servers
             and self.topics == other.topics
             and dict(self.properties) == dict(other.properties)
+            and self.replica_of == other.replica_of
         )
 
     def same_connection(self, other: ClusterMetadata) -> bool:

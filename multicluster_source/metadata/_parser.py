@@ -28,6 +28,8 @@ Decisions where the contract is silent:
   may appear at most once per stream. Duplicate topic names in one list are merged.
 - Property values are scalars turned into text as written, except booleans, which become ``true`` or
   ``false``; null values are rejected. Placeholders are checked for syntax and kind (see ``_placeholders``).
+- ``replicaOf`` (a cluster's topics copy another cluster's; keys in ``_replica_parse``) may differ between
+  streams only where one of them leaves it out.
 - Mapping keys must be unique; YAML merge keys (``<<``) are not supported. Unknown keys are logged once per
   (source, key path) and ignored, so newer files still load.
 
@@ -54,6 +56,7 @@ from multicluster_source.metadata._placeholders import (
     find_placeholder_errors,
     warn_unresolvable_placeholders,
 )
+from multicluster_source.metadata._replica_parse import parse_replica_node, replica_of_to_obj
 from multicluster_source.metadata._validate import DEFAULT_ID_CHARS, topic_name_problem
 
 __all__ = ["dump_streams", "parse_node", "parse_streams"]
@@ -64,7 +67,7 @@ _NUMBER_TAGS = frozenset({YAML_TAG + "int", YAML_TAG + "float"})
 _BOOL_TRUE = frozenset({"yes", "true", "on"})
 
 _STREAM_KEYS = frozenset({"streamId", "clusterMetadataList"})
-_CLUSTER_KEYS = frozenset({"clusterId", "bootstrapServers", "topics", "properties"})
+_CLUSTER_KEYS = frozenset({"clusterId", "bootstrapServers", "topics", "properties", "replicaOf"})
 
 _warned_unknown: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
@@ -248,6 +251,17 @@ class _FileParser:
                 node,
                 place.path,
             )
+        if (
+            first.replica_of is not None
+            and cluster.replica_of is not None
+            and first.replica_of != cluster.replica_of
+        ):
+            raise self.w.fail(
+                f"cluster {cluster.cluster_id!r} has a different replicaOf here than at "
+                f"{first_place.describe()}",
+                node,
+                _join(place.path, "replicaOf"),
+            )
 
     def cluster(self, node: Node, path: str) -> tuple[ClusterMetadata, Node]:
         w = self.w
@@ -276,12 +290,12 @@ class _FileParser:
                 )
         topics = self.topics(entries, node, path)
         properties = self.properties(entries, path)
-        return (
-            ClusterMetadata(
-                cluster_id=cluster_id, bootstrap_servers=servers, topics=topics, properties=properties
-            ),
-            id_node,
-        )
+        replica_of = None
+        if "replicaOf" in entries:
+            key_node, value = entries["replicaOf"]
+            replica_of = parse_replica_node(w, key_node, value, _join(path, "replicaOf"), cluster_id)
+        cluster = ClusterMetadata(cluster_id, servers, topics, properties, replica_of)
+        return cluster, id_node
 
     def topics(
         self, entries: Mapping[str, tuple[ScalarNode, Node]], owner: Node, path: str
@@ -367,6 +381,8 @@ def dump_streams(streams: Iterable[KafkaStream]) -> str:
             entry["topics"] = sorted(cluster.topics)
             if cluster.properties:
                 entry["properties"] = {k: cluster.properties[k] for k in sorted(cluster.properties)}
+            if cluster.replica_of is not None:
+                entry["replicaOf"] = replica_of_to_obj(cluster.replica_of)
             entries.append(entry)
         documents.append({"streamId": stream.stream_id, "clusterMetadataList": entries})
     return str(

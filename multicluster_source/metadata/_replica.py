@@ -24,7 +24,9 @@ class ReplicaOf:
     (no ``<origin>.`` prefix, not in the mapping) are ordinary topics. ``syncs_topic`` defaults to
     ``mm2-offset-syncs.<replica cluster id>.internal`` when ``syncs_location`` is ``source`` and
     ``mm2-offset-syncs.<origin cluster id>.internal`` when it is ``target``; ``checkpoints_topic`` to
-    ``<origin cluster id>.checkpoints.internal`` (on the replica).
+    ``<origin cluster id>.checkpoints.internal`` (on the replica). ``failover`` marks the origin as failed
+    (``replicaOf.failover: true``): its copied topics are not read even where the metadata still lists them,
+    and positions are translated without contacting it.
     """
 
     cluster: str
@@ -33,6 +35,7 @@ class ReplicaOf:
     syncs_location: SyncsLocation = "source"
     syncs_topic: str | None = None
     checkpoints_topic: str | None = None
+    failover: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", MappingProxyType(dict(self.topics)))
@@ -47,6 +50,7 @@ class ReplicaOf:
                 self.syncs_location,
                 self.syncs_topic,
                 self.checkpoints_topic,
+                self.failover,
             ),
         )
 
@@ -59,6 +63,7 @@ class ReplicaOf:
                 self.syncs_location,
                 self.syncs_topic,
                 self.checkpoints_topic,
+                self.failover,
             )
         )
 

@@ -258,7 +258,8 @@ class MetadataLog:
                 self._changed()
             return
         stream = KafkaStream(
-            sid, {p.cluster_id: self._clusters[p.cluster_id].with_topics(p.topics) for p in parts}
+            sid,
+            {p.cluster_id: self._clusters[p.cluster_id].with_topics(p.topics, p.replica_of) for p in parts},
         )
         if self._unresolved.pop(sid, None) is not None:
             self._changed()

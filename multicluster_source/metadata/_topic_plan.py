@@ -79,7 +79,8 @@ def plan_publish(
     parts: dict[str, tuple[StreamPart, ...]] = {}
     for stream in wanted:
         parts[stream.stream_id] = tuple(
-            StreamPart(cid, stream.clusters[cid].topics) for cid in sorted(stream.clusters)
+            StreamPart(cid, stream.clusters[cid].topics, stream.clusters[cid].replica_of)
+            for cid in sorted(stream.clusters)
         )
         for cluster in stream.clusters.values():
             clusters[cluster.cluster_id] = ClusterDefinition.of(cluster)

@@ -6,11 +6,15 @@ no value (a tombstone) deletes what its key names. Three kinds of keys exist::
 
     cluster:<clusterId>             {"version": 1, "bootstrapServers": "h1:9092,h2:9092",
                                      "properties": {"security.protocol": "SASL_SSL", ...}}   (optional)
-    stream:<streamId>:part:<i>      {"version": 1, "clusterId": "east", "topics": ["orders", ...]}
+    stream:<streamId>:part:<i>      {"version": 1, "clusterId": "east", "topics": ["orders", ...],
+                                     "replicaOf": {"cluster": "west", ...}}                  (optional)
     commit:<streamId>               {"version": 1, "parts": 2}
 
 - ``cluster:`` defines how a cluster is reached (servers and extra client properties, placeholders kept
   as written). It is applied as soon as it is read; streams that use the cluster follow it.
+- ``replicaOf`` is the cluster's declaration in that stream that its topics copy another cluster's (the
+  file format's key, same fields; see ``_replica_parse``): applied with the stream's commit, so a switchover
+  to a replica is one atomic change.
 - ``stream:...:part:<i>`` is the ``i``-th cluster part of a stream (``i`` is ``0`` or a decimal number
   without leading zeros). Parts are *buffered*: they change nothing on their own.
 - ``commit:`` says a stream is made of parts ``0..parts-1``. When it is read and every one of those parts
@@ -45,6 +49,8 @@ from typing import Any
 
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._placeholders import find_placeholder_errors
+from multicluster_source.metadata._replica import ReplicaOf
+from multicluster_source.metadata._replica_parse import replica_of_from_obj, replica_of_to_obj
 from multicluster_source.metadata._validate import cluster_id_problem, topic_name_problem
 
 __all__ = [
@@ -108,9 +114,11 @@ class ClusterDefinition:
             and dict(self.properties) == dict(other.properties)
         )
 
-    def with_topics(self, topics: Iterable[str]) -> ClusterMetadata:
+    def with_topics(self, topics: Iterable[str], replica_of: ReplicaOf | None = None) -> ClusterMetadata:
         """This cluster as a stream's :class:`ClusterMetadata` reading ``topics``."""
-        return ClusterMetadata(self.cluster_id, self.bootstrap_servers, frozenset(topics), self.properties)
+        return ClusterMetadata(
+            self.cluster_id, self.bootstrap_servers, frozenset(topics), self.properties, replica_of
+        )
 
     @classmethod
     def of(cls, cluster: ClusterMetadata) -> ClusterDefinition:
@@ -124,6 +132,7 @@ class StreamPart:
 
     cluster_id: str
     topics: frozenset[str]
+    replica_of: ReplicaOf | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", frozenset(self.topics))
@@ -228,6 +237,8 @@ def encode_value(value: ClusterDefinition | StreamPart | StreamCommit) -> bytes:
     elif isinstance(value, StreamPart):
         obj["clusterId"] = value.cluster_id
         obj["topics"] = sorted(value.topics)
+        if value.replica_of is not None:
+            obj["replicaOf"] = replica_of_to_obj(value.replica_of)
     elif isinstance(value, StreamCommit):
         obj["parts"] = value.parts
     else:
@@ -285,7 +296,14 @@ def decode_value(key: RecordKey, data: bytes) -> ClusterDefinition | StreamPart 
             problem = topic_name_problem(topic)
             if problem:
                 raise RecordFormatError(problem)
-        return StreamPart(cluster_id, frozenset(topics))
+        replica_of = None
+        if obj.get("replicaOf") is not None:
+
+            def fail(message: str, key: str) -> Exception:
+                return RecordFormatError(f"'replicaOf{key}': {message}")
+
+            replica_of = replica_of_from_obj(obj["replicaOf"], own_cluster=cluster_id, fail=fail)
+        return StreamPart(cluster_id, frozenset(topics), replica_of)
     parts = obj.get("parts")
     if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= _MAX_PARTS:
         raise RecordFormatError(f"'parts' must be an integer from 1 to {_MAX_PARTS}")

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from multicluster_source.exceptions import MetadataValidationError
 from multicluster_source.metadata._model import CLUSTER_ID_RE, TOPIC_RE, ClusterMetadata, KafkaStream
 from multicluster_source.metadata._placeholders import find_placeholder_errors
+from multicluster_source.metadata._replica_parse import replica_of_problem
 
 __all__ = ["DEFAULT_ID_CHARS", "cluster_id_problem", "topic_name_problem", "validate_streams"]
 
@@ -79,6 +80,10 @@ def validate_streams(streams: Iterable[KafkaStream], *, source: str) -> None:
                     raise fail("property names and values must be strings", f"{cpath}.properties")
                 for problem in find_placeholder_errors(value):
                     raise fail(problem, f"{cpath}.properties[{key!r}]")
+            if cluster.replica_of is not None:
+                found = replica_of_problem(cluster.replica_of, cid)
+                if found is not None:
+                    raise fail(found[0], f"{cpath}.replica_of{found[1]}")
             known = clusters.get(cid)
             if known is None:
                 clusters[cid] = (cluster, cpath)
@@ -89,3 +94,8 @@ def validate_streams(streams: Iterable[KafkaStream], *, source: str) -> None:
                     else "properties"
                 )
                 raise fail(f"cluster {cid!r} has different {what} here and at {known[1]}", cpath)
+            elif (
+                None not in (known[0].replica_of, cluster.replica_of)
+                and known[0].replica_of != cluster.replica_of
+            ):
+                raise fail(f"cluster {cid!r} has a different replica_of here and at {known[1]}", cpath)

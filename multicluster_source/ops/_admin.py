@@ -5,6 +5,7 @@ Endpoints (JSON unless noted; errors are ``{"error_code": <status>, "message": .
     GET  /sources                          ["<name>"]
     GET  /sources/{name}/topics            {"<name>": {"topics": {"<cluster>": ["<topic>", ...]}}}
     PUT  /sources/{name}/topics/reset      202; 403 when tracking or its reset is disabled; 404 unknown name
+    GET  /sources/{name}/handovers         {"<name>": {"handovers": [...], "replicas": {...}}} (replicas)
     GET  /metrics                          Prometheus text of the stream's registry
     GET  /health                           200 {"status": "ready"} or 503 {"status": "not_ready", ...}
     GET  /status                           streams, clusters, splits per reader, lag, last reconciliation
@@ -262,6 +263,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._head = head
             handler()
             return
+        if len(parts) == 3 and parts[0] == "sources" and parts[2] == "handovers":
+            self._handovers(admin.targets.get(parts[1]), parts[1], method, head)
+            return
         if len(parts) >= 3 and parts[0] == "sources" and parts[2] == "topics" and len(parts) <= 4:
             target = admin.targets.get(parts[1])
             if len(parts) == 3:
@@ -281,6 +285,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._topics(target, reset=want == "PUT")
             return
         self._error(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
+
+    def _handovers(self, target: AdminTarget | None, name: str, method: str, head: bool) -> None:
+        """Replica handovers of one source: what each handed-over split started at, and what waits."""
+        if method != "GET":
+            self._not_allowed("GET")
+            return
+        if target is None:
+            self._error(HTTPStatus.NOT_FOUND, f"unknown source {name!r}")
+            return
+        self._head = head
+        status = target.status()
+        replicas = status.get("replicas", {"pending": [], "held_topics": {}})
+        self._json(HTTPStatus.OK, {name: {"handovers": status.get("handovers", []), "replicas": replicas}})
 
     def _topics(self, target: AdminTarget, *, reset: bool) -> None:
         try:

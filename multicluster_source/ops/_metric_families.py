@@ -32,6 +32,8 @@ __all__ = [
     "CURRENT",
     "DESER_ERRORS",
     "FAILOVERS",
+    "HANDOVERS",
+    "HANDOVER_REPEATS",
     "LAG",
     "LATE",
     "METADATA_FAILURES",
@@ -69,8 +71,10 @@ OFFSET_RESETS: Final = "multicluster_source_offset_resets"
 LATE: Final = "multicluster_source_late_records"
 WATERMARK: Final = "multicluster_source_watermark_ms"
 PAUSED: Final = "multicluster_source_paused_splits"
+HANDOVERS: Final = "multicluster_source_handovers"
+HANDOVER_REPEATS: Final = "multicluster_source_handover_repeat_bound"
 #: Gauges whose exported value is the sum of every source's own value.
-_SUMMED: Final = frozenset({SPLITS, ACTIVE, PAUSED})
+_SUMMED: Final = frozenset({SPLITS, ACTIVE, PAUSED, HANDOVER_REPEATS})
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,20 @@ _SPECS: Final[dict[str, _Spec]] = {
         _Spec(WATERMARK, Gauge, (), "The stream's watermark (ms since the epoch), once it has one."),
         _Spec(
             PAUSED, Gauge, (), "Splits paused at the client by watermark alignment (ahead of their group)."
+        ),
+        _Spec(
+            HANDOVERS,
+            Counter,
+            ("mode",),
+            "Splits handed over to a replica cluster, by how the start was chosen (exact, conservative, "
+            "identical, timestamp, start).",
+        ),
+        _Spec(
+            HANDOVER_REPEATS,
+            Gauge,
+            (),
+            "At most how many records the replica handovers so far may deliver a second time (the sum of "
+            "their bounds; a timestamp handover adds nothing: its bound is unknown).",
         ),
     )
 }

@@ -22,6 +22,8 @@ from multicluster_source.ops._metric_families import (
     CURRENT,
     DESER_ERRORS,
     FAILOVERS,
+    HANDOVER_REPEATS,
+    HANDOVERS,
     LAG,
     LATE,
     METADATA_FAILURES,
@@ -71,6 +73,7 @@ class SourceMetrics:
         self._gauge_children: dict[MetricKey, Gauge] = {}
         # Label sets of summed gauges this source has a part in.
         self._parts: set[MetricKey] = set()
+        self._repeat_bound = 0
 
     @property
     def source_name(self) -> str:
@@ -164,6 +167,14 @@ class SourceMetrics:
         """Show the stream's watermark (the value written last when sources share a registry)."""
         if not self._closed:
             self._shared.gauges[WATERMARK].set(ms)
+
+    def handover(self, mode: str, max_repeats: int | None) -> None:
+        """Count one split handed over to a replica (``mode``: how its start was chosen) and add its bound
+        of records that may come twice (None: unknown, nothing added)."""
+        self._inc(HANDOVERS, (mode,))
+        if max_repeats:
+            self._repeat_bound += max_repeats
+            self._set_part(HANDOVER_REPEATS, (), self._repeat_bound)
 
     def set_paused_splits(self, n: int) -> None:
         """Show how many splits watermark alignment pauses now (summed over sources sharing a registry)."""

@@ -147,6 +147,8 @@ def _render_source(status: Mapping[str, Any]) -> str:
         )
     )
 
+    out.append(_render_handovers(status))
+
     rec = status.get("last_reconciliation")
     out.append("<h3>Last reconciliation</h3>")
     if rec:
@@ -181,6 +183,28 @@ def _render_source(status: Mapping[str, Any]) -> str:
     else:
         out.append('<p class="empty" id="tracking">disabled (topic.tracking.enable=false)</p>')
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _render_handovers(status: Mapping[str, Any]) -> str:
+    """Replica handovers: per split, where the replica started and how that was chosen; what waits."""
+    rows = [
+        f'<tr data-split="{_e(h.get("to"))}"><td><code>{_e(h.get("from"))}</code></td>'
+        f"{_num(h.get('from_offset'))}<td><code>{_e(h.get('to'))}</code></td>{_num(h.get('to_offset'))}"
+        f"<td>{_e(h.get('mode'))}</td>{_num(h.get('max_repeats'))}<td>{_e(h.get('detail'))}</td></tr>"
+        for h in status.get("handovers") or []
+    ]
+    head = ("from", "position", "to", "starts at", "mode", "may repeat", "why")
+    out = ["<h3>Replica handovers</h3>", _table("handovers", head, rows, "no split handed over")]
+    replicas: Mapping[str, Any] = status.get("replicas") or {}
+    held: Mapping[str, list[str]] = replicas.get("held_topics") or {}
+    waiting = [("translating", ", ".join(replicas.get("pending") or []) or "-")]
+    waiting += [(f"{cid}: not read (origin read)", ", ".join(topics)) for cid, topics in sorted(held.items())]
+    out.append(
+        '<div class="kv" id="replicas">'
+        + "".join(f"<div><span>{_e(k)}:</span> <b>{_e(v)}</b></div>" for k, v in waiting)
+        + "</div>"
+    )
     return "\n".join(out)
 
 

@@ -11,6 +11,13 @@ is done with is freed before the next is made (the garbage collector never sees 
 alive). What it took counts as delivered when :meth:`Delivery.settle` looks at how far it got: at the end of
 the batch, on a checkpoint, and before ``poll`` or ``poll_batches`` take over (which also end the iterator
 over that batch, so nothing is handed out twice).
+
+Given a :class:`~._handoff.PositionTracker` (rather than a bare ``advance`` callable), the records of splits
+a replica handover fenced are dropped from what ``poll`` and ``poll_batches`` return: the tracker refuses
+their positions under the same lock the handover took the split's position with, so a record either counts
+in that position or is never handed out; batches taken after the fence lose those splits' messages at once.
+(The for loop hands a record out before it counts: a handover in the middle of the batch it iterates may
+repeat what it handed out of that batch of the origin split from the replica.)
 """
 
 from __future__ import annotations
@@ -22,8 +29,8 @@ from typing import Any, Protocol
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.framework._watermarks import BatchEventTimes, part_event_times
-from multicluster_source.runtime._handoff import Handoff
+from multicluster_source.framework._watermarks import BatchEventTimes, kafka_event_times, part_event_times
+from multicluster_source.runtime._handoff import Handoff, PositionTracker, last_times
 
 
 class RecordMaker(Protocol):
@@ -69,14 +76,15 @@ class Delivery:
         self,
         handoff: Handoff,
         make_records: RecordMaker,
-        advance: Callable[[Mapping[str, int]], None],
+        advance: Callable[[Mapping[str, int]], object] | PositionTracker,
         on_delivered: OnDelivered | None = None,
         gather: int | None = None,
     ) -> None:
         self._handoff = handoff
         self._gather = gather
         self._make_records = make_records
-        self._advance = advance
+        self._tracker = advance if isinstance(advance, PositionTracker) else None
+        self._advance_to = advance.advance if isinstance(advance, PositionTracker) else advance
         self._on_delivered = on_delivered
         self._event_times: Mapping[str, tuple[int, int]] | None = None
         self._batch: RecordBatch | None = None
@@ -84,6 +92,19 @@ class Delivery:
         self._taken: Any = None  # iteration's list iterator over self._batch.messages (None: not iterating)
         self._iterating = 0  # thread id of the iterating caller
         self._ready: Iterator[SourceRecord] | None = None  # next_ready's records of the current batch
+
+    def _advance(
+        self, positions: Mapping[str, int], cluster_id: str = "", messages: Sequence[Any] = ()
+    ) -> frozenset[str]:
+        """Count ``messages`` (reaching ``positions``) as delivered; the fenced splits among them."""
+        tracker = self._tracker
+        if tracker is None:
+            self._advance_to(positions)
+            return frozenset()
+        watched = tracker.watched
+        if watched and not watched.isdisjoint(positions):
+            return tracker.advance(positions, last_times(cluster_id, messages, watched & positions.keys()))
+        return tracker.advance(positions)
 
     @property
     def holding(self) -> bool:
@@ -125,8 +146,8 @@ class Delivery:
             return
         end = len(batch.messages) - taken.__length_hint__()
         if end > self._start:
-            _cluster_id, _messages, positions = self._take_noted(end - self._start)
-            self._advance(positions)
+            cluster_id, messages, positions = self._take_noted(end - self._start)
+            self._advance(positions, cluster_id, messages)
         if self._batch is None:
             self._taken = None
 
@@ -148,6 +169,7 @@ class Delivery:
             # with records in hand, only what is buffered: no fetching inline for more (memory, GC)
             batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=not have)
             if batch is not None:
+                batch = self._unfenced(batch)
                 if not batch.messages:  # positions alone (an offset reset): nothing to hand out
                     self._advance(batch.positions)
                     continue
@@ -156,6 +178,21 @@ class Delivery:
             if have or time.monotonic() >= deadline or stopped():
                 return None
         return self._batch
+
+    def _unfenced(self, batch: RecordBatch) -> RecordBatch:
+        """``batch`` without the messages of splits a replica handover fenced (a batch fetched before)."""
+        fenced = self._tracker.fenced if self._tracker is not None else frozenset()
+        if not fenced or fenced.isdisjoint(batch.positions):
+            return batch
+        cid = batch.cluster_id
+        kept = [m for m in batch.messages if f"{cid}/{m.topic()}/{m.partition()}" not in fenced]
+        times = batch.event_times
+        if isinstance(times, BatchEventTimes):
+            times = kafka_event_times(cid, kept, ends_only=times.ends_only)
+        elif times is not None:
+            times = {s: t for s, t in times.items() if s not in fenced}
+        positions = {s: p for s, p in batch.positions.items() if s not in fenced}
+        return RecordBatch(cid, kept, positions, times)
 
     def _take(self, room: int) -> tuple[str, Sequence[Any], Mapping[str, int]]:
         """Up to ``room`` messages of the current batch and the positions they reach; the caller advances
@@ -213,11 +250,13 @@ class Delivery:
             except BaseException:
                 self._batch, self._start = batch, start
                 raise
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                made = [r for r in made if f"{r.cluster_id}/{r.topic}/{r.partition}" not in refused]
             if out:
                 out.extend(made)
             else:
                 out = made
-            self._advance(positions)
         return out
 
     def batches(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[MessageBatch]:
@@ -228,7 +267,11 @@ class Delivery:
         deadline = time.monotonic() + timeout
         while n < max_records and self._next(deadline, bool(out), stopped) is not None:
             cluster_id, messages, positions = self._take_noted(max_records - n)
-            out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
-            self._advance(positions)
             n += len(messages)
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                messages = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
+                if not messages:
+                    continue
+            out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
         return out

@@ -13,6 +13,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 from multicluster_source.framework._interfaces import RecordBatch
 
@@ -20,16 +22,68 @@ Step = Callable[[], bool]
 
 
 class PositionTracker:
-    """Split id -> next offset after the last record delivered to the caller. Thread-safe."""
+    """Split id -> next offset after the last record delivered to the caller. Thread-safe.
+
+    Replica handovers (:mod:`multicluster_source.enumerator._handover`) *fence* an origin split: its position
+    is taken and, from that moment, no record of it counts as delivered: :meth:`advance` refuses it, and the
+    taker (:class:`~multicluster_source.runtime._delivery.Delivery`) drops the records it refused, so a
+    record fetched from the origin before the handover is never handed out after it. The taker also notes the
+    last timestamp of *watched* splits (the ones a replica copies), for the ``timestamp`` translation.
+    """
 
     def __init__(self, initial: Mapping[str, int] | None = None) -> None:
         self._lock = threading.Lock()
         self._positions: dict[str, int] = dict(initial or {})
+        self._fenced: frozenset[str] = frozenset()
+        self.watched: frozenset[str] = frozenset()
+        """Splits whose last delivered record's timestamp is kept (read without the lock by the taker)."""
+        self._times: dict[str, int] = {}
 
-    def advance(self, positions: Mapping[str, int]) -> None:
-        """Record positions reached by delivered records."""
+    def advance(self, positions: Mapping[str, int], times: Mapping[str, int] | None = None) -> frozenset[str]:
+        """Record positions reached by delivered records (and, for watched splits, their last timestamps);
+        returns the fenced splits among them, whose positions were refused (their records must not be
+        handed out)."""
         with self._lock:
+            fenced = self._fenced
+            if fenced and not fenced.isdisjoint(positions):
+                refused = fenced.intersection(positions)
+                self._positions.update((s, p) for s, p in positions.items() if s not in refused)
+                if times:
+                    self._times.update((s, t) for s, t in times.items() if s not in refused)
+                return frozenset(refused)
             self._positions.update(positions)
+            if times:
+                self._times.update(times)
+            return frozenset()
+
+    def fence(self, split_ids: Sequence[str]) -> dict[str, tuple[int, int | None]]:
+        """Stop counting records of ``split_ids`` as delivered; their positions (with the last delivered
+        record's timestamp, when watched) at this moment, for those that have one."""
+        with self._lock:
+            self._fenced = self._fenced | frozenset(split_ids)
+            return {s: (self._positions[s], self._times.get(s)) for s in split_ids if s in self._positions}
+
+    @property
+    def fenced(self) -> frozenset[str]:
+        """The fenced splits now (read without the lock: the set is replaced, never changed)."""
+        return self._fenced
+
+    def unfence(self, split_ids: Sequence[str]) -> None:
+        """Count records of ``split_ids`` again (the split was assigned anew)."""
+        with self._lock:
+            if self._fenced:
+                self._fenced = self._fenced - frozenset(split_ids)
+
+    def watched_times(self) -> dict[str, int]:
+        """Split id -> timestamp of the last delivered record, for the watched splits that have one."""
+        with self._lock:
+            return dict(self._times)
+
+    def watch(self, split_ids: Sequence[str]) -> None:
+        """Keep the last delivered timestamp of exactly ``split_ids`` from now on."""
+        with self._lock:
+            self.watched = frozenset(split_ids)
+            self._times = {s: t for s, t in self._times.items() if s in self.watched}
 
     def get(self, split_ids: Sequence[str]) -> dict[str, int]:
         """Positions of the named splits that have one."""
@@ -41,11 +95,47 @@ class PositionTracker:
         with self._lock:
             for s in split_ids:
                 self._positions.pop(s, None)
+                self._times.pop(s, None)
 
     def snapshot(self) -> dict[str, int]:
         """A copy of every position."""
         with self._lock:
             return dict(self._positions)
+
+
+class PositionFencing:
+    """What a runtime's enumerator context offers replica handovers over its :class:`PositionTracker`
+    (a mix-in: the context keeps the tracker in ``_tracker``). Optional for an enumerator context."""
+
+    _tracker: PositionTracker
+
+    def fence_positions(self, split_ids: Sequence[str]) -> dict[str, tuple[int, int | None]]:
+        """Fence ``split_ids`` (no record of them is handed out from now on); their positions then."""
+        return self._tracker.fence(split_ids)
+
+    def unfence_positions(self, split_ids: Sequence[str]) -> None:
+        """Hand out records of ``split_ids`` again."""
+        self._tracker.unfence(split_ids)
+
+    def watch_positions(self, split_ids: Sequence[str]) -> None:
+        """Keep the last delivered record's timestamp of ``split_ids``."""
+        self._tracker.watch(split_ids)
+
+    def watched_times(self) -> dict[str, int]:
+        """The last delivered record's timestamp of the watched splits (for checkpoints)."""
+        return self._tracker.watched_times()
+
+
+def last_times(cluster_id: str, messages: Sequence[Any], wanted: AbstractSet[str]) -> dict[str, int]:
+    """Split id -> timestamp of the last of ``messages`` of that split, for the ``wanted`` splits."""
+    out: dict[str, int] = {}
+    for m in reversed(messages):
+        sid = f"{cluster_id}/{m.topic()}/{m.partition()}"
+        if sid in wanted and sid not in out:
+            out[sid] = m.timestamp()[1]
+            if len(out) == len(wanted):
+                break
+    return out
 
 
 _BARGE_S = 0.1

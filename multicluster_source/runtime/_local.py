@@ -29,7 +29,7 @@ from multicluster_source.framework._interfaces import (
     SplitEnumerator,
 )
 from multicluster_source.framework._split import KafkaPartitionSplit
-from multicluster_source.runtime._handoff import Handoff, PositionTracker
+from multicluster_source.runtime._handoff import Handoff, PositionFencing, PositionTracker
 from multicluster_source.runtime._messages import AssignSplits, EventToReader, NoMoreSplits
 from multicluster_source.runtime._watermarks import WatermarkTracker
 
@@ -47,7 +47,7 @@ class _Handle:
         self.cancelled = True
 
 
-class Coordinator:
+class Coordinator(PositionFencing):
     """Runs the enumerator on one thread and is its :class:`SplitEnumeratorContext`."""
 
     def __init__(

@@ -139,6 +139,11 @@ def stream_status(
         "readers": {str(r.index): _reader_status(r, assignments) for r in readers},
         "placement": enum.get("placement", {}),
         "failovers": enum.get("failovers", []),
+        "handovers": list(enum.get("handovers", [])),
+        "replicas": {
+            "pending": list(enum.get("handovers_pending", [])),
+            "held_topics": dict(enum.get("replica_topics_held", {})),
+        },
         "lag": lag_rows(registry, {cid: c["topics"] for cid, c in clusters.items()}),
         "last_reconciliation": enum.get("last_reconciliation"),
         "metadata": {

@@ -103,7 +103,7 @@ class SourceStream:
         self._watermarks = stream_watermarks(source, self._metrics, make_records, self._coordinator, restored)
         on_delivered = self._watermarks.delivered if self._watermarks.enabled else None
         gather = source.options.reader_batch_max_records  # poll: about one fetch batch a call
-        self._delivery = Delivery(self._handoff, make_records, self._tracker.advance, on_delivered, gather)
+        self._delivery = Delivery(self._handoff, make_records, self._tracker, on_delivered, gather)
         racks = dict(reader_racks or {})
         self._coordinator.racks = racks
         self._readers = [

@@ -123,4 +123,26 @@ def check_path(path: str, key: str | None, out: TextIO) -> int:
         f"{path}: valid: {len(streams)} stream(s), {len(clusters)} cluster(s), {len(topics)} topic(s)",
         file=out,
     )
+    for line in _replica_lines(streams):
+        print(line, file=out)
     return 0
+
+
+def _replica_lines(streams: set[KafkaStream]) -> list[str]:
+    """One line per replica topic: what it copies and how positions are carried over (``replicaOf``)."""
+    out: list[str] = []
+    for stream in sorted(streams, key=lambda s: s.stream_id):
+        for cid, cluster in sorted(stream.clusters.items()):
+            r = cluster.replica_of
+            if r is None:
+                continue
+            copies = sorted((t, o) for t in cluster.topics if (o := r.origin_topic(t)) is not None)
+            how = f"offsets {r.offsets}"
+            if r.offsets == "mirrormaker2":
+                place = "origin" if r.syncs_location == "source" else "replica"
+                how += f", offset syncs in {r.offset_syncs_topic(cid)} on the {place}"
+            if r.failover:
+                how += ", failover: the origin is not read"
+            for topic, origin in copies or [("(none)", "-")]:
+                out.append(f"stream {stream.stream_id}: {cid}/{topic} copies {r.cluster}/{origin} ({how})")
+    return out

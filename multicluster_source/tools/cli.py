@@ -14,7 +14,9 @@ mounted directory, ``--key``), or ``--metadata-topic TOPIC --metadata-bootstrap 
 (repeatable) and ``--command-config FILE`` (``KEY=VALUE`` lines); placeholders work as in metadata files.
 
 - ``describe`` prints each stream's clusters and topics, and per partition the first and end offsets and,
-  with ``--group``, the committed offset and lag (``--json``: one JSON document).
+  with ``--group``, the committed offset and lag (``--json``: one JSON document) and, for a cluster that
+  declares ``replicaOf`` an origin of the same stream, where a handover of the group's committed positions
+  would start each replica partition, and how (before anyone switches).
 - ``consume`` reads the stream to stdout; bounded (to the end offsets at start) unless ``--follow``; JSON
   lines, or raw values with ``--format value``. Nothing is committed. A bounded read shows a progress bar
   with rate and ETA on stderr when stderr is a terminal (``--progress`` forces it).
@@ -51,6 +53,7 @@ from multicluster_source.metadata import (
 from multicluster_source.tools._check import check_path
 from multicluster_source.tools._consume import Progress, consume_to, stdout_binary
 from multicluster_source.tools._inspect import clusters_of, read_offsets, start_offsets
+from multicluster_source.tools._replica_describe import replica_translations
 from multicluster_source.tools.publish_metadata import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["main"]
@@ -155,13 +158,17 @@ def _describe(args: argparse.Namespace, out: TextIO) -> int:
     doc: dict[str, Any] = {"streams": {}}
     for stream in streams:
         clusters: dict[str, Any] = {}
+        read = {cid: read_offsets(c, props, args.group, args.timeout) for cid, c in stream.clusters.items()}
         for cid, cluster in sorted(stream.clusters.items()):
-            offsets = read_offsets(cluster, props, args.group, args.timeout)
             topics: dict[str, Any] = {
-                t: [o.as_dict() for o in offsets if o.topic == t] for t in sorted(cluster.topics)
+                t: [o.as_dict() for o in read[cid] if o.topic == t] for t in sorted(cluster.topics)
             }
             clusters[cid] = {"bootstrap_servers": cluster.bootstrap_servers, "topics": topics}
         doc["streams"][stream.stream_id] = {"clusters": clusters}
+        if args.group:  # what a switch to a replica would start at (replicaOf), before anyone switches
+            handovers = replica_translations(stream, read, props, args.group, args.timeout)
+            if handovers:
+                doc["streams"][stream.stream_id]["handovers"] = handovers
     if args.group:
         doc["group"] = args.group
     if args.json:
@@ -184,6 +191,13 @@ def _describe(args: argparse.Namespace, out: TextIO) -> int:
                     plag = "-" if p["lag"] is None else p["lag"]
                     row = f"{p['partition']:>9} {p['start']:>12} {p['end']:>12}"
                     print(f"      {row} {committed!s:>12} {plag!s:>10}", file=out)
+        for h in s.get("handovers", []):
+            bound = "" if h["max_repeats"] in (0, None) else f", at most {h['max_repeats']} may repeat"
+            print(
+                f"  handover {h['from']}@{h['from_offset']} -> {h['to']}@{h['to_offset']} "
+                f"({h['mode']}{bound}): {h['detail']}",
+                file=out,
+            )
     return EXIT_OK
 
 

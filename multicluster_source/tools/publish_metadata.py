@@ -37,7 +37,7 @@ from confluent_kafka import KafkaException
 from multicluster_source.exceptions import ConfigurationError, MetadataError, MetadataValidationError
 from multicluster_source.metadata._file import decode_metadata, read_metadata_bytes
 from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataService
-from multicluster_source.metadata._model import KafkaStream
+from multicluster_source.metadata._model import ClusterMetadata, KafkaStream
 from multicluster_source.metadata._parser import parse_streams
 from multicluster_source.metadata._placeholders import redact_properties
 from multicluster_source.metadata._topic_client import check_metadata_topic
@@ -125,6 +125,13 @@ def _read_streams(path: str) -> set[KafkaStream]:
     return parse_streams(decode_metadata(read_metadata_bytes(path), source=path), source=path)
 
 
+def _replica_note(cluster: ClusterMetadata) -> str:
+    r = cluster.replica_of
+    if r is None:
+        return ""
+    return f" (replica of {r.cluster}, offsets {r.offsets}{', failover' if r.failover else ''})"
+
+
 def _describe_plan(
     plan: WritePlan, streams: set[KafkaStream], current: MetadataSnapshot, out: TextIO
 ) -> None:
@@ -138,7 +145,8 @@ def _describe_plan(
     for sid in plan.streams_written:
         stream = by_id[sid]
         parts = "; ".join(
-            f"{cid}: {', '.join(sorted(stream.clusters[cid].topics))}" for cid in sorted(stream.clusters)
+            f"{cid}: {', '.join(sorted(stream.clusters[cid].topics))}{_replica_note(stream.clusters[cid])}"
+            for cid in sorted(stream.clusters)
         )
         note = " (was inconsistent)" if sid in current.inconsistent else ""
         print(f"stream {sid}: {len(stream.clusters)} part(s) + commit [{parts}]{note}", file=out)

@@ -1,5 +1,6 @@
-"""Apache Kafka's jars for the tests, fetched from Maven Central with ``kafka-pom.xml`` into a cache outside
-the repository (``$MCS_KAFKA_CACHE``, default ``~/.cache/multicluster-source``)."""
+"""Apache Kafka's jars for the tests, fetched from Maven Central into a cache outside the repository
+(``$MCS_KAFKA_CACHE``, default ``~/.cache/multicluster-source``): the broker's with ``kafka-pom.xml``,
+MirrorMaker 2's with ``mm2-pom.xml``."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ KAFKA_VERSION = "4.1.1"
 KAFKA_MAIN_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
 CACHE_ENV = "MCS_KAFKA_CACHE"
 
+MM2_MAIN_JAR = f"connect-mirror-{KAFKA_VERSION}.jar"
+
 _POM = Path(__file__).with_name("kafka-pom.xml")
+_MM2_POM = Path(__file__).with_name("mm2-pom.xml")
 
 
-def kafka_cache_dir() -> Path:
-    """Where the Kafka jars of :data:`KAFKA_VERSION` are cached (``$MCS_KAFKA_CACHE``/kafka-<version>)."""
+def kafka_cache_dir(kind: str = "kafka") -> Path:
+    """Where the jars of :data:`KAFKA_VERSION` are cached (``$MCS_KAFKA_CACHE``/<kind>-<version>; kind
+    ``kafka`` for the broker, ``mm2`` for MirrorMaker 2)."""
     base = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "multicluster-source")
-    return Path(base).expanduser() / f"kafka-{KAFKA_VERSION}"
+    return Path(base).expanduser() / f"{kind}-{KAFKA_VERSION}"
 
 
 _fetch_lock = threading.Lock()
@@ -33,12 +38,22 @@ def ensure_kafka_libs(timeout: float = 900.0) -> Path:
     A marker file holding the pom's digest tells a complete cache; an exclusive file lock makes concurrent
     fetches (threads or processes) wait for one another instead of writing the same files.
     """
-    cache = kafka_cache_dir()
+    return _ensure_libs("kafka", _POM, KAFKA_MAIN_JAR, timeout)
+
+
+def ensure_mm2_libs(timeout: float = 900.0) -> Path:
+    """Return the directory of MirrorMaker 2's jars (``connect-mirror`` with its runtime tree and an SLF4J
+    binding), fetched like :func:`ensure_kafka_libs`."""
+    return _ensure_libs("mm2", _MM2_POM, MM2_MAIN_JAR, timeout)
+
+
+def _ensure_libs(kind: str, pom: Path, main_jar: str, timeout: float) -> Path:
+    cache = kafka_cache_dir(kind)
     libs, marker = cache / "libs", cache / "COMPLETE"
-    digest = hashlib.sha256(_POM.read_bytes()).hexdigest()
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
 
     def complete() -> bool:
-        return marker.is_file() and marker.read_text().strip() == digest and (libs / KAFKA_MAIN_JAR).is_file()
+        return marker.is_file() and marker.read_text().strip() == digest and (libs / main_jar).is_file()
 
     if complete():
         return libs
@@ -47,20 +62,22 @@ def ensure_kafka_libs(timeout: float = 900.0) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not complete():
-                _fetch(cache, libs, marker, digest, timeout)
+                _fetch(cache, libs, marker, digest, timeout, pom, main_jar)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return libs
 
 
-def _fetch(cache: Path, libs: Path, marker: Path, digest: str, timeout: float) -> None:
+def _fetch(
+    cache: Path, libs: Path, marker: Path, digest: str, timeout: float, pom: Path, main_jar: str
+) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RuntimeError("Apache Kafka for the tests is fetched with Maven: install `mvn` (and Java 17+)")
     marker.unlink(missing_ok=True)
     staging = cache / f"libs.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copyfile(_POM, cache / "pom.xml")  # Maven writes nothing else beside its pom for this goal
+    shutil.copyfile(pom, cache / "pom.xml")  # Maven writes nothing else beside its pom for this goal
     command = [
         mvn,
         "-q",
@@ -75,10 +92,10 @@ def _fetch(cache: Path, libs: Path, marker: Path, digest: str, timeout: float) -
     result = subprocess.run(
         command, cwd=cache, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
     )
-    if result.returncode != 0 or not (staging / KAFKA_MAIN_JAR).is_file():
+    if result.returncode != 0 or not (staging / main_jar).is_file():
         shutil.rmtree(staging, ignore_errors=True)
         output = (result.stdout + result.stderr)[-4000:]
-        raise RuntimeError(f"fetching Kafka {KAFKA_VERSION} failed ({' '.join(command)}):\n{output}")
+        raise RuntimeError(f"fetching {main_jar} failed ({' '.join(command)}):\n{output}")
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
     marker.write_text(digest + "\n")

@@ -152,3 +152,34 @@ def test_watermark_report_formats_made_up_results() -> None:
     table = bench_watermarks.format_table(result)
     assert "| bounded | 900 | 10.0 % | 12.0 % | 880 | 10.0 % | 8.0 % | 2.0 µs |" in table
     assert "| none | 1,000 |  |  | 800 |  |  | 1.0 µs |" in table
+
+
+def test_handover_summaries_count_duplicates_losses_and_runs_over_their_bound() -> None:
+    from benchmarks import bench_handover
+
+    runs = [
+        {
+            "duplicates": 0,
+            "losses": 0,
+            "max_repeats": [0, 0],
+            "modes": ["exact", "exact"],
+            "translate_ms": 20.0,
+            "first_record_ms": None,
+        },
+        {
+            "duplicates": 5,
+            "losses": 0,
+            "max_repeats": [3, None],
+            "modes": ["conservative", "conservative"],
+            "translate_ms": 40.0,
+            "first_record_ms": 50.0,
+        },
+    ]
+    summary = bench_handover._summary(runs)
+    assert summary["duplicates_over_bound"] == 0  # an unknown bound (None) is not exceeded
+    assert (summary["duplicates"], summary["losses"], summary["max_repeats_max"]) == (5, 0, 3)
+    assert summary["modes"] == {"conservative": 2, "exact": 2} and summary["first_record_ms_median"] == 50.0
+    source = bench_handover._source_summary(
+        [{**r, "handover_ms": 500.0, "first_replica_ms": r["first_record_ms"]} for r in runs]
+    )
+    assert source["duplicates_over_bound"] == 0 and source["handover_ms_median"] == 500.0

@@ -34,6 +34,8 @@ DEFAULTS = {
     "metadata.change.debounce.ms": "20",
     "standby.assignor": "",
     "reader.heartbeat.timeout.ms": "10000",
+    "replica.sync.wait.ms": "5000",
+    "replica.failover.unreachable.ms": "-1",
 }
 
 
@@ -145,6 +147,8 @@ BAD_VALUES = [
     ("metadata.change.debounce.ms", "-1", "an integer from 0"),
     ("standby.assignor", "not a spec", "'module:Class'"),
     ("reader.heartbeat.timeout.ms", "99", "an integer from 100"),
+    ("replica.sync.wait.ms", "-1", "an integer from 0"),
+    ("replica.failover.unreachable.ms", "0", "-1 (never automatic) or an integer from 1"),
 ]
 
 

@@ -76,6 +76,7 @@ PINNED = [
     "OffsetsInitializer",
     "RackAwareStandbyAssignor",
     "RawRecord",
+    "ReplicaOf",
     "RunControl",
     "RunResult",
     "SourceFailedError",

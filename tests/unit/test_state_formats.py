@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from multicluster_source import CheckpointError
+from multicluster_source.enumerator._replica_state import ReplicaState
 from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
 from multicluster_source.framework._checkpoint import CheckpointStore
 from multicluster_source.framework._split import (
@@ -113,3 +114,50 @@ def test_write_is_atomic_no_partial_file_is_ever_visible(
     monkeypatch.undo()
     latest = store.latest()
     assert latest is not None and latest.checkpoint_id == 1
+
+
+def test_enumerator_state_replicas_section_v1_and_states_without_it() -> None:
+    base = {
+        "version": 1,
+        "splits": [],
+        "finished": [],
+        "removed": [],
+        "seen_topics": {},
+        "metadata_version": 3,
+    }
+    older = EnumeratorState.from_dict(base)  # written before replica handovers existed
+    assert older.replicas is None and ReplicaState.from_dict(older.replicas) == ReplicaState()
+    section = {
+        "version": 1,
+        "pending": [
+            {
+                "to": "west/east.orders/0",
+                "from": "east/orders/0",
+                "from_offset": 42,
+                "last_timestamp_ms": 1700000000000,
+                "origin_reachable": False,
+            }
+        ],
+        "done": [
+            {
+                "from": "east/orders/1",
+                "to": "west/east.orders/1",
+                "from_offset": 7,
+                "to_offset": 5,
+                "mode": "conservative",
+                "max_repeats": 2,
+                "detail": "sync at 4",
+            }
+        ],
+        "auto_failed": ["east"],
+    }
+    state = EnumeratorState.from_dict({**base, "replicas": section})
+    assert state.to_dict()["replicas"] == section
+    assert state.with_positions({}).replicas == section
+    replicas = ReplicaState.from_dict(state.replicas)
+    assert replicas.pending[0].origin.offset == 42 and not replicas.pending[0].origin_reachable
+    assert replicas.done[0].max_repeats == 2 and replicas.to_dict() == section
+    with pytest.raises(CheckpointError, match="'replicas' section version 2"):
+        ReplicaState.from_dict({**section, "version": 2})
+    with pytest.raises(CheckpointError, match="malformed 'replicas'"):
+        ReplicaState.from_dict({"version": 1, "pending": [{"to": "x"}]})

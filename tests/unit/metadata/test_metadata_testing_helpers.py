@@ -111,6 +111,7 @@ def test_public_names_are_pinned():
         "KafkaTopicMetadataService",
         "MetadataListener",
         "NotifyingMetadataService",
+        "ReplicaOf",
         "StaticMetadataService",
         "StreamPatternSubscriber",
         "StreamSetSubscriber",

@@ -133,6 +133,14 @@ def test_get_topics(server: AdminServer) -> None:
     assert json.loads(body) == {"billing": {"topics": {"east": ["orders"]}}}
 
 
+def test_get_handovers(server: AdminServer) -> None:
+    status, _, body = call(f"{server.url}/sources/billing/handovers")
+    assert status == 200
+    assert json.loads(body) == {"billing": {"handovers": [], "replicas": {"pending": [], "held_topics": {}}}}
+    assert call(f"{server.url}/sources/nope/handovers")[0] == 404
+    assert call(f"{server.url}/sources/billing/handovers", method="PUT")[0] == 405
+
+
 def test_reset_is_202_and_empties_topics(server: AdminServer, source: FakeSource) -> None:
     status, _, body = call(f"{server.url}/sources/billing/topics/reset", "PUT")
     assert status == 202 and body == b""
@@ -245,6 +253,28 @@ def test_no_secret_in_any_answer(server: AdminServer) -> None:
 def test_page_escapes_html() -> None:
     page = render_status_page([{"source": "<script>x</script>", "clusters": {"<b>": {"topics": ["a&b"]}}}])
     assert "<script>x</script>" not in page and "&lt;script&gt;" in page and "a&amp;b" in page
+
+
+def test_page_shows_replica_handovers_and_held_topics() -> None:
+    handover = {
+        "from": "east/orders/0",
+        "to": "west/east.orders/0",
+        "from_offset": 120,
+        "to_offset": 117,
+        "mode": "conservative",
+        "max_repeats": 2,
+        "detail": "sync 115 -> 112",
+    }
+    status = {
+        "source": "s",
+        "handovers": [handover],
+        "replicas": {"pending": [], "held_topics": {"west": ["x"]}},
+    }
+    page = render_status_page([status])
+    assert 'id="handovers"' in page and 'data-split="west/east.orders/0"' in page
+    assert ">conservative<" in page and ">117<" in page and "sync 115 -&gt; 112" in page
+    assert "west: not read (origin read)" in page
+    assert 'id="handovers"' in render_status_page([{"source": "s"}])  # "no split handed over"
 
 
 # ------------------------------------------------------------------------------------- binding and auth

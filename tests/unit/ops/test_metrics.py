@@ -29,6 +29,9 @@ CONTRACT = {
     "multicluster_source_late_records_total": ("counter", ("cluster", "topic")),
     "multicluster_source_watermark_ms": ("gauge", ()),
     "multicluster_source_paused_splits": ("gauge", ()),
+    # API.md section 9 (issue #22)
+    "multicluster_source_handovers_total": ("counter", ("mode",)),
+    "multicluster_source_handover_repeat_bound": ("gauge", ()),
 }
 
 
@@ -58,6 +61,7 @@ def exercise(m: SourceMetrics, cluster: str = "east", topic: str = "orders") -> 
     m.late_records(cluster, topic, 2)
     m.set_watermark(1_700_000_000_000)
     m.set_paused_splits(1)
+    m.handover("conservative", 3)
 
 
 def source_samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:

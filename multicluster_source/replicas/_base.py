@@ -1,0 +1,112 @@
+"""What every translator shares: the replica look-ups, the per-split loop that never raises (a split that
+cannot be translated gets mode ``start`` with ``to_offset`` :data:`START_OFFSET`: the enumerator starts it at
+the source's starting offsets), the log line per translated split, and ``close``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+from multicluster_source.metadata._model import ClusterMetadata
+from multicluster_source.metadata._replica import ReplicaOf
+from multicluster_source.replicas._lookup import ClusterLookup
+from multicluster_source.replicas._model import OriginPosition, Translation
+
+__all__ = ["START_OFFSET", "BaseTranslator", "start_translation", "wait_for_end"]
+
+START_OFFSET = -1
+"""``to_offset`` of a ``start`` translation: no translated position, use the source's starting offsets."""
+
+_log = logging.getLogger("multicluster_source.replicas")
+
+
+class BaseTranslator:
+    """What every translator shares: the replica look-ups, the per-split loop that never raises, the log
+    line per translated split, and ``close``."""
+
+    def __init__(
+        self,
+        replica_of: ReplicaOf,
+        origin: ClusterMetadata,
+        replica: ClusterMetadata,
+        *,
+        group_id: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        self.replica_of = replica_of
+        self.origin = origin
+        self.replica = replica
+        self.group_id = group_id
+        self.properties = dict(properties or {})
+        self.replica_lookup = ClusterLookup(replica, self.properties, role="replica")
+        self._closed = False
+
+    def start(self) -> None:
+        """Nothing to follow for this mode; returns at once."""
+
+    def translate(
+        self,
+        handovers: Sequence[tuple[OriginPosition, str]],
+        *,
+        origin_reachable: bool,
+        wait_s: float,
+    ) -> list[Translation]:
+        """One :class:`Translation` per pair, in order (``wait_s`` bounds the waiting of the whole call)."""
+        deadline = time.monotonic() + max(0.0, wait_s)
+        out: list[Translation] = []
+        for position, to_split in handovers:
+            try:
+                translation = self.translate_one(
+                    position, to_split, origin_reachable=origin_reachable, deadline=deadline
+                )
+            except Exception as exc:  # one split's failure must not stop the others' handover
+                translation = start_translation(position, to_split, f"could not translate: {exc}")
+            _log.info(
+                "cluster=%s: handover %s@%d -> %s@%d mode=%s max_repeats=%s: %s",
+                self.replica.cluster_id,
+                translation.from_split,
+                translation.from_offset,
+                translation.to_split,
+                translation.to_offset,
+                translation.mode,
+                translation.max_repeats,
+                translation.detail,
+            )
+            out.append(translation)
+        return out
+
+    def translate_one(
+        self, position: OriginPosition, to_split: str, *, origin_reachable: bool, deadline: float
+    ) -> Translation:
+        """One split's translation (may raise: :meth:`translate` turns an error into a ``start``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Closes the look-up clients. Idempotent."""
+        self._closed = True
+        self.replica_lookup.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.origin.cluster_id}->{self.replica.cluster_id}, "
+            f"offsets={self.replica_of.offsets})"
+        )
+
+
+def start_translation(position: OriginPosition, to_split: str, detail: str) -> Translation:
+    """A ``start`` translation (the source's starting offsets) with the reason."""
+    return Translation(
+        position.split, to_split, position.offset, START_OFFSET, "start", max_repeats=None, detail=detail
+    )
+
+
+def wait_for_end(
+    lookup: ClusterLookup, topic: str, partition: int, at_least: int, deadline: float
+) -> tuple[int, int]:
+    """The partition's ``(log start, end)``, polled until the end reaches ``at_least`` or the deadline."""
+    while True:
+        low, high = lookup.watermarks(topic, partition)
+        if high >= at_least or time.monotonic() >= deadline:
+            return low, high
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

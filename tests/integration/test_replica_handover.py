@@ -1,0 +1,365 @@
+"""Replica handovers on real Kafka without MirrorMaker 2: two independent clusters, the same records written
+to ``east/<topic>`` and ``west/east.<topic>`` (a byte-for-byte copy stand-in: same offsets, values, timestamps),
+the stream switched from the origin to the copy mid-stream by a metadata file change.
+
+- ``identical``: nothing lost, nothing repeated, even with records of the origin fetched but not yet
+  returned when the switch comes (they are fenced); ``status()["handovers"]`` says where each split started.
+- ``timestamp``: nothing lost; what repeats is the records of the last returned record's millisecond.
+- kill -9 of the source while a handover waits for the copy to catch up (a checkpoint holds the pending
+  handover): the restart translates the same positions; nothing lost, nothing repeated.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+from harness.cluster import Cluster, unique_name
+from harness.scenario import wait_for
+from multicluster_source import (
+    ClusterMetadata,
+    FileMetadataService,
+    KafkaStream,
+    MultiClusterKafkaSource,
+    OffsetsInitializer,
+    SourceRecord,
+)
+from multicluster_source.metadata._replica import OffsetsMode, ReplicaOf
+from multicluster_source.testing import write_metadata_file
+
+pytestmark = pytest.mark.integration
+
+JOB = Path(__file__).parent / "jobs" / "replica_job.py"
+ROOT = Path(__file__).resolve().parents[2]
+BASE_TS = int(time.time() * 1000) - 3_600_000  # recent: older records would age out of the log
+
+
+def _topics(east: Cluster, west: Cluster, partitions: int) -> tuple[str, str]:
+    """A new origin topic on east and its copy's topic ``east.<topic>`` on west (MM2's default name)."""
+    topic = unique_name("orders")
+    for cluster, name in ((east, topic), (west, f"{east.cluster_id}.{topic}")):
+        new = NewTopic(name, num_partitions=partitions, replication_factor=1)
+        cluster.admin().create_topics([new])[name].result(30.0)
+    copy = f"{east.cluster_id}.{topic}"
+    assert wait_for(
+        lambda: (
+            topic in east.admin().list_topics(timeout=5).topics
+            and copy in west.admin().list_topics(timeout=5).topics
+        ),
+        30,
+    )
+    return topic, copy
+
+
+def _write(cluster: Cluster, topic: str, partition: int, first: int, last: int, *, ts_step: int = 1) -> None:
+    """Records ``first..last-1`` of a partition: value ``p-i``, key ``k-i``, timestamp BASE_TS + i*ts_step."""
+    producer = cluster.producer()
+    for i in range(first, last):
+        producer.produce(
+            topic,
+            value=f"{partition}-{i}".encode(),
+            key=f"k-{i}".encode(),
+            partition=partition,
+            timestamp=BASE_TS + i * ts_step,
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _copy(
+    east: Cluster, west: Cluster, topic: str, copy: str, partitions: int, first: int, last: int
+) -> None:
+    for p in range(partitions):
+        _write(east, topic, p, first, last)
+        _write(west, copy, p, first, last)
+
+
+def _streams(
+    east: Cluster, west: Cluster, topic: str, copy: str, offsets: str, *, origin: bool
+) -> list[KafkaStream]:
+    replica_of = ReplicaOf(east.cluster_id, cast(OffsetsMode, offsets))
+    clusters = {
+        "west": ClusterMetadata(
+            west.cluster_id, west.bootstrap_servers, frozenset({copy}), replica_of=replica_of
+        )
+    }
+    if origin:
+        clusters["east"] = ClusterMetadata(east.cluster_id, east.bootstrap_servers, frozenset({topic}))
+    return [KafkaStream("orders", {c.cluster_id: c for c in clusters.values()})]
+
+
+def _source(path: Path, **props: str) -> MultiClusterKafkaSource:
+    b = (
+        MultiClusterKafkaSource.builder()
+        .set_kafka_metadata_service(FileMetadataService(path))
+        .set_stream_ids(["orders"])
+        .set_group_id(f"g-{uuid.uuid4().hex[:8]}")
+        .set_starting_offsets(OffsetsInitializer.earliest())
+        .set_property("reader.batch.max.records", "20")
+        .set_property("reader.buffer.max.batches", "4")
+        .set_property("partition.discovery.interval.ms", "500")
+    )
+    for k, v in props.items():
+        b.set_property(k, v)
+    return b.build()
+
+
+def _switch_mid_stream(
+    east: Cluster, west: Cluster, tmp_path: Path, offsets: str, partitions: int = 2, n: int = 400
+) -> tuple[list[SourceRecord], dict[str, Any], str]:
+    """Read about a third of the origin slowly (so fetched records wait in the buffer), switch the metadata
+    file to the copy alone, read on until every value came; returns the records, the status and the topic."""
+    topic, copy = _topics(east, west, partitions)
+    _copy(east, west, topic, copy, partitions, 0, n)
+    path = write_metadata_file(
+        tmp_path / "streams.yaml", _streams(east, west, topic, copy, offsets, origin=True)
+    )
+    got: list[SourceRecord] = []
+    with _source(path).open(parallelism=2) as stream:
+        assert stream.status()["handovers"] == []
+        deadline = time.monotonic() + 60
+        while len(got) < partitions * n // 3 and time.monotonic() < deadline:
+            got.extend(stream.poll(timeout=0.2, max_records=7))
+        assert {r.cluster_id for r in got} == {east.cluster_id}, "the copy is not read while the origin is"
+        write_metadata_file(path, _streams(east, west, topic, copy, offsets, origin=False))
+        # not polling meanwhile: the origin's fetched records wait in the buffer, and are fenced
+        assert wait_for(lambda: len(stream.status()["handovers"]) == partitions, 30), stream.status()
+        wanted = {f"{p}-{i}".encode() for p in range(partitions) for i in range(n)}
+        deadline = time.monotonic() + 90
+        while not wanted <= {r.value for r in got} and time.monotonic() < deadline:
+            got.extend(stream.poll(timeout=0.2, max_records=7))
+        got.extend(stream.poll(timeout=1.0))  # nothing more may come
+        status = stream.status()
+    return got, status, topic
+
+
+def test_identical_switchover_mid_stream_loses_and_repeats_nothing(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    got, status, topic = _switch_mid_stream(east, west, tmp_path, "identical")
+    counts = Counter(r.value for r in got)
+    assert len(counts) == 800, "every record"
+    assert [v for v, c in counts.items() if c > 1] == [], "no record twice"
+    handovers = sorted(status["handovers"], key=lambda h: h["from"])
+    assert [(h["from"], h["to"], h["mode"]) for h in handovers] == [
+        (f"east/{topic}/{p}", f"west/east.{topic}/{p}", "identical") for p in range(2)
+    ]
+    for h in handovers:
+        p = int(h["from"].rsplit("/", 1)[1])
+        from_east = [r.offset for r in got if r.cluster_id == "east" and r.partition == p]
+        assert h["from_offset"] == h["to_offset"] == (max(from_east) + 1 if from_east else 0)
+        assert h["max_repeats"] == 0
+        assert h["from_offset"] < 400, "switched mid-stream, with records of the origin still to come"
+    # every record came once, in order per partition: the origin's up to the position, the copy's after
+    for p in range(2):
+        values = [int(r.value.split(b"-")[1]) for r in got if r.partition == p]
+        assert values == list(range(400))
+
+
+def test_timestamp_switchover_loses_nothing_and_repeats_only_the_last_millisecond(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    got, status, _topic = _switch_mid_stream(east, west, tmp_path, "timestamp")
+    counts = Counter(r.value for r in got)
+    assert len(counts) == 800, "every record"
+    repeated = sorted(v for v, c in counts.items() if c > 1)
+    handovers = status["handovers"]
+    assert {h["mode"] for h in handovers} <= {"timestamp", "start"} and len(handovers) == 2
+    timed = [h for h in handovers if h["mode"] == "timestamp"]
+    for h in timed:
+        # distinct timestamps per record: the replica starts at the copy of the last returned record
+        assert h["to_offset"] == h["from_offset"] - 1, h
+    last_returned = sorted(f"{h['from'].rsplit('/', 1)[1]}-{h['from_offset'] - 1}".encode() for h in timed)
+    assert repeated == last_returned, (repeated, handovers)
+    assert all(c <= 2 for c in counts.values())
+
+
+# ---------------------------------------------------------------------------------------- kill -9
+
+
+def _lines(path: Path) -> list[tuple[str, int, bytes]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        split, offset, value = line.split(" ", 2)
+        out.append((split, int(offset), ast.literal_eval(value)))
+    return out
+
+
+def _start_job(metadata: Path, ckpt: Path, out: Path, group: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open(out.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), str(metadata), str(ckpt), str(out), group],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+
+def _pending_in_newest_checkpoint(ckpt: Path) -> bool:
+    files = sorted(ckpt.glob("chk-*.json"))
+    if not files:
+        return False
+    try:
+        state = json.loads(files[-1].read_text())["enumerator"]
+    except (ValueError, KeyError):
+        return False
+    return bool((state.get("replicas") or {}).get("pending"))
+
+
+def test_kill_9_while_a_handover_waits_then_restart_loses_and_repeats_nothing(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    topic, copy = _topics(east, west, 2)
+    for p in range(2):  # the origin has 300 records a partition, the copy only the first 100 so far
+        _write(east, topic, p, 0, 300)
+        _write(west, copy, p, 0, 100)
+    metadata = write_metadata_file(
+        tmp_path / "streams.yaml", _streams(east, west, topic, copy, "identical", origin=True)
+    )
+    ckpt, out1, out2 = tmp_path / "ckpt", tmp_path / "run1.txt", tmp_path / "run2.txt"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    job = _start_job(metadata, ckpt, out1, group)
+    try:
+        assert wait_for(lambda: len(_lines(out1)) >= 600, 60), out1.with_suffix(".log").read_text()[-3000:]
+        write_metadata_file(metadata, _streams(east, west, topic, copy, "identical", origin=False))
+        # position 300 > the copy's end 100: the translation waits for the copy; a checkpoint holds it
+        assert wait_for(lambda: _pending_in_newest_checkpoint(ckpt), 30), out1.with_suffix(
+            ".log"
+        ).read_text()[-3000:]
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait(30)
+    first = _lines(out1)
+    assert {s.split("/")[0] for s, _o, _v in first} == {"east"}
+    for p in range(2):  # the copy catches up, and more records come after the switch
+        _write(west, copy, p, 100, 400)
+    job = _start_job(metadata, ckpt, out2, group)
+    try:
+        assert wait_for(lambda: len(_lines(out2)) >= 200, 90), out2.with_suffix(".log").read_text()[-3000:]
+        time.sleep(1.0)  # nothing more may come
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait(30)
+    second = _lines(out2)
+    assert {s.split("/")[0] for s, _o, _v in second} == {"west"}
+    counts = Counter(v for _s, _o, v in first + second)
+    assert set(counts) == {f"{p}-{i}".encode() for p in range(2) for i in range(400)}, "nothing lost"
+    assert [v for v, c in counts.items() if c > 1] == [], "nothing repeated"
+    assert sorted(o for s, o, _v in second if s.endswith("/0"))[0] == 300
+
+
+# ---------------------------------------------------------------------------------------- describe
+
+
+def test_describe_group_shows_what_a_handover_would_start_at(kafka_clusters: Any, tmp_path: Path) -> None:
+    east, west = kafka_clusters(2)
+    topic, copy = _topics(east, west, 2)
+    _copy(east, west, topic, copy, 2, 0, 50)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = east.consumer(**{"group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 20), TopicPartition(topic, 1, 35)], asynchronous=False
+        )
+    finally:
+        consumer.close()
+    results = {}
+    for offsets in ("identical", "timestamp"):
+        path = write_metadata_file(
+            tmp_path / f"{offsets}.yaml", _streams(east, west, topic, copy, offsets, origin=True)
+        )
+        args = ["describe", "--metadata", str(path), "--group", group, "--json"]
+        done = subprocess.run(
+            [sys.executable, "-m", "multicluster_source", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        results[offsets] = json.loads(done.stdout)["streams"]["orders"]["handovers"]
+        text = subprocess.run(
+            [sys.executable, "-m", "multicluster_source", *args[:-1]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        assert f"handover east/{topic}/0@20 -> west/{copy}/0@" in text.stdout, text.stdout
+    assert [
+        (h["from"], h["to"], h["from_offset"], h["to_offset"], h["mode"]) for h in results["identical"]
+    ] == [
+        (f"east/{topic}/0", f"west/{copy}/0", 20, 20, "identical"),
+        (f"east/{topic}/1", f"west/{copy}/1", 35, 35, "identical"),
+    ]
+    # the timestamp of the last received record (offset 19, 34) is found again on the copy
+    assert [(h["to_offset"], h["mode"]) for h in results["timestamp"]] == [
+        (19, "timestamp"),
+        (34, "timestamp"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------- failover
+
+
+def test_unreachable_origin_fails_over_by_itself_without_loss(
+    fresh_cluster: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    """``replica.failover.unreachable.ms``: kill -9 of the origin's broker mid-stream; the source fails over
+    to the copy by itself and translates the positions it had delivered (identical: exactly)."""
+    origin, replica = fresh_cluster("dr-origin"), kafka_cluster
+    topic, copy = _topics(origin, replica, 2)
+    _copy(origin, replica, topic, copy, 2, 0, 300)
+    path = write_metadata_file(
+        tmp_path / "streams.yaml", _streams(origin, replica, topic, copy, "identical", origin=True)
+    )
+    got: list[SourceRecord] = []
+    small_fetches = {
+        "queued.min.messages": "20",
+        "max.partition.fetch.bytes": "2048",
+    }  # mid-stream at the kill
+    source = _source(path, **{"replica.failover.unreachable.ms": "2000"}, **small_fetches)
+    with source.open(parallelism=1) as stream:
+        deadline = time.monotonic() + 60
+        while len(got) < 200 and time.monotonic() < deadline:
+            got.extend(stream.poll(timeout=0.2, max_records=7))
+        origin.stop_node(0, graceful=False)
+        for p in range(2):  # what the copy had beyond what the origin could still hand out
+            _write(replica, copy, p, 300, 400)
+        wanted = {f"{p}-{i}".encode() for p in range(2) for i in range(400)}
+        deadline = time.monotonic() + 120
+        while not wanted <= {r.value for r in got} and time.monotonic() < deadline:
+            got.extend(stream.poll(timeout=0.2, max_records=7))
+        got.extend(stream.poll(timeout=1.0))
+        status = stream.status()
+    counts = Counter(r.value for r in got)
+    assert set(counts) == wanted, "nothing lost"
+    assert [v for v, c in counts.items() if c > 1] == [], "nothing twice"
+    handovers = status["handovers"]
+    assert {h["mode"] for h in handovers} == {"identical"} and len(handovers) == 2, handovers
+    for h in handovers:  # from the positions delivered when it failed over
+        p = int(h["from"].rsplit("/", 1)[1])
+        from_origin = [r.offset for r in got if r.cluster_id == origin.cluster_id and r.partition == p]
+        assert h["from_offset"] == h["to_offset"] == max(from_origin, default=-1) + 1
+    assert min(h["from_offset"] for h in handovers) < 300, "failed over mid-stream"
