@@ -19,7 +19,7 @@ from typing import Any
 
 from multicluster_source.enumerator._assignment import SplitAssigner
 from multicluster_source.enumerator._clusters import ClusterEnumerators, MetadataChange
-from multicluster_source.enumerator._commit import Offsets, commit_positions
+from multicluster_source.enumerator._commit import CommitLedger, Offsets
 from multicluster_source.enumerator._follow import MetadataFollower
 from multicluster_source.enumerator._kafka import ClusterEnumeratorConfig
 from multicluster_source.enumerator._readers import ReaderHandout
@@ -68,6 +68,7 @@ class MultiClusterEnumerator:
         self._removed: dict[str, RemovedSplit] = {}
         self._seen: dict[str, frozenset[str]] = {}
         self._discovery_pending: set[str] = set()
+        self._commits = CommitLedger()
         self.last_reconciliation: dict[str, Any] | None = None
         self.missing_streams: list[str] = []  # subscribed ids the metadata lacks (last read)
         if restored is not None:
@@ -323,25 +324,30 @@ class MultiClusterEnumerator:
 
     # -------------------------------------------------------------------------------------- checkpoints
 
-    def snapshot_state(self, checkpoint_id: int) -> dict[str, Any]:
-        """The enumerator's state for a checkpoint (JSON-ready, versioned)."""
-        state = EnumeratorState(
+    def capture_state(self) -> EnumeratorState:
+        """The enumerator's state for a checkpoint as a frozen value, to serialize off this thread: copies of
+        references only (splits are frozen), about a millisecond at 100,000 splits."""
+        return EnumeratorState(
             splits=tuple(self._splits.values()),
             finished=frozenset(self._finished),
             removed=tuple(self._removed.values()),
             seen_topics=dict(self._seen),
             metadata_version=self._version,
         )
-        return state.to_dict()
+
+    def snapshot_state(self, checkpoint_id: int) -> dict[str, Any]:
+        """The enumerator's state for a checkpoint (JSON-ready, versioned)."""
+        return self.capture_state().to_dict()
 
     def notify_checkpoint_complete(
         self, checkpoint_id: int, positions: Mapping[str, int]
     ) -> Callable[[float], None]:
-        """Commit the checkpointed positions of active splits to their clusters under the group id."""
+        """Commit the checkpointed positions of active splits to their clusters under the group id: those
+        given (what moved since the previous checkpoint) and what an earlier commit failed to store."""
         if not self._s.commit_offsets or not self._s.group_id:
             return lambda timeout: None
-        return commit_positions(
-            checkpoint_id, positions, self._splits.values(), self._clusters.enumerators(), self._committed
+        return self._commits.commit(
+            checkpoint_id, positions, self._splits, self._clusters.enumerators(), self._committed
         )
 
     def _committed(self, cluster_id: str, offsets: Offsets) -> None:

@@ -20,16 +20,24 @@ Step = Callable[[], bool]
 
 
 class PositionTracker:
-    """Split id -> next offset after the last record delivered to the caller. Thread-safe."""
+    """Split id -> next offset after the last record delivered to the caller. Thread-safe.
+
+    Every change is also journaled (``None`` for a forgotten split) until :meth:`take_changes` hands the
+    journal over, so a checkpoint costs the caller what moved since the last one, not a copy of every
+    position. The journal starts with the initial (restored) positions: the first checkpoint after a restore
+    carries, and commits, all of them again.
+    """
 
     def __init__(self, initial: Mapping[str, int] | None = None) -> None:
         self._lock = threading.Lock()
         self._positions: dict[str, int] = dict(initial or {})
+        self._changes: dict[str, int | None] = dict(self._positions)
 
     def advance(self, positions: Mapping[str, int]) -> None:
         """Record positions reached by delivered records."""
         with self._lock:
             self._positions.update(positions)
+            self._changes.update(positions)
 
     def get(self, split_ids: Sequence[str]) -> dict[str, int]:
         """Positions of the named splits that have one."""
@@ -40,12 +48,21 @@ class PositionTracker:
         """Drop positions."""
         with self._lock:
             for s in split_ids:
-                self._positions.pop(s, None)
+                if self._positions.pop(s, None) is not None:
+                    self._changes[s] = None
 
     def snapshot(self) -> dict[str, int]:
         """A copy of every position."""
         with self._lock:
             return dict(self._positions)
+
+    def take_changes(self) -> dict[str, int | None]:
+        """What changed since the last call (split id -> position, ``None`` when forgotten), in O(1): the
+        journal is handed over and a fresh one started. Applied in order to the previous positions, the
+        changes give :meth:`snapshot` as of this call."""
+        with self._lock:
+            changes, self._changes = self._changes, {}
+            return changes
 
 
 _BARGE_S = 0.1
