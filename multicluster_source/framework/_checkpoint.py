@@ -39,18 +39,37 @@ class Checkpoint:
 
 
 def encode_checkpoint(
-    checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
+    checkpoint_id: int,
+    source: str,
+    enumerator: dict[str, Any],
+    positions: dict[str, int],
+    *,
+    enumerator_json: bytes | None = None,
 ) -> bytes:
-    """A checkpoint document (the current version) as UTF-8 JSON bytes, as every storage writes it."""
-    doc = {
+    """A checkpoint document (the current version) as UTF-8 JSON bytes, as every storage writes it.
+    ``enumerator_json``: ``enumerator`` already encoded (a state that did not change since the last write
+    is not encoded again)."""
+    head = {
         "version": CHECKPOINT_VERSION,
         "checkpoint_id": checkpoint_id,
         "source": source,
         "created_ms": int(time.time() * 1000),
-        "enumerator": enumerator,
-        "positions": dict(sorted(positions.items())),
     }
-    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    state = enumerator_json if enumerator_json is not None else _dumps(enumerator)
+    return b"".join(
+        (
+            _dumps(head)[:-1],
+            b',"enumerator":',
+            state,
+            b',"positions":',
+            _dumps(dict(sorted(positions.items()))),
+            b"}",
+        )
+    )
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
 def decode_checkpoint(data: bytes, path: Path) -> Checkpoint:
@@ -85,6 +104,7 @@ class CheckpointStore:
         self.directory = Path(directory)
         self.keep = max(1, keep)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._encoded: tuple[dict[str, Any], bytes] | None = None  # the last enumerator state and its JSON
 
     def _files(self) -> list[tuple[int, Path]]:
         found = []
@@ -102,7 +122,7 @@ class CheckpointStore:
         tmp = self.directory / f".chk-{checkpoint_id:012d}.json.tmp"
         try:
             with open(tmp, "wb") as fh:
-                fh.write(encode_checkpoint(checkpoint_id, source, enumerator, positions))
+                fh.write(self._encode(checkpoint_id, source, enumerator, positions))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
@@ -119,6 +139,16 @@ class CheckpointStore:
             except OSError as exc:
                 _log.warning("cannot delete old checkpoint %s: %s", old, exc)
         return final
+
+    def _encode(
+        self, checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
+    ) -> bytes:
+        """The document; the enumerator state is encoded again only when it is another object than the last
+        one written (a checkpointer hands the same, never changed, object while the state is unchanged)."""
+        cached = self._encoded
+        if cached is None or cached[0] is not enumerator:
+            cached = self._encoded = (enumerator, _dumps(enumerator))
+        return encode_checkpoint(checkpoint_id, source, enumerator, positions, enumerator_json=cached[1])
 
     def read(self, path: Path) -> Checkpoint:
         """Read one checkpoint file of any known version."""
