@@ -112,7 +112,7 @@ def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> 
         directory = Path(tempfile.mkdtemp(prefix="mcs-sweep-"))
         store = CheckpointStore(directory)
         checkpointer = Checkpointer(f"sweep-{kind}", coordinator, enumerator, tracker)
-        pauses, durable, first = [], [], 0.0
+        pauses, durable, stalls, first = [], [], [0.0], 0.0
         try:
             for checkpoint_id in range(1, checkpoints + 2):
                 tracker.advance({sid: checkpoint_id + 1 for sid in rng.sample(ids, min(changes, n))})
@@ -128,8 +128,12 @@ def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> 
                     t1 = t2 = time.perf_counter()
                 else:
                     done = checkpointer.take(checkpoint_id, store_writer(store, "sweep"))
-                    t1 = time.perf_counter()
-                    done.result()
+                    t1 = last = time.perf_counter()
+                    while not done.done():  # the caller goes on meanwhile: how long is it held (GIL)?
+                        sum(range(200))
+                        now = time.perf_counter()
+                        stalls.append(now - last)
+                        last = now
                     t2 = time.perf_counter()
                 if checkpoint_id == 1:  # commits every position once (as the first one after a restore)
                     first = t2 - t0
@@ -144,6 +148,7 @@ def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> 
         metrics.close()
         out[kind] = {
             "caller_pause_s": _stats(pauses),
+            "longest_caller_stall_while_written_s": max(stalls),
             "durable_and_committed_s": _stats(durable),
             "first_checkpoint_s": first,
             "file_bytes": newest.stat().st_size,
@@ -251,6 +256,42 @@ def run_child(spec: dict[str, Any], code: Path) -> dict[str, Any]:
     return {"error": (proc.stderr or proc.stdout)[-2000:]}
 
 
+def _wait_for_leaders(cluster: Any, names: set[str], partitions: int) -> None:
+    deadline = time.monotonic() + 600
+    while True:
+        md = cluster.admin().list_topics(timeout=60)
+        ready = sum(
+            1
+            for name in names
+            if name in md.topics
+            for p in md.topics[name].partitions.values()
+            if p.leader >= 0
+        )
+        if ready >= partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{ready} of {partitions} partitions have a leader")
+        time.sleep(0.5)
+
+
+def _warm_offsets_topic(cluster: Any, topic: str) -> None:
+    """One offset commit before anything is measured: the broker creates ``__consumer_offsets`` (50
+    partitions) on the first one, which took longer than the 30 s commit wait on this machine."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions("sweep-warm-up", [TopicPartition(topic, 0, 0)])]
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            for future in cluster.admin().alter_consumer_group_offsets(request, request_timeout=60).values():
+                future.result()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def sweep_kafka(sizes: Sequence[int], baseline_ref: str | None, heap: str) -> list[dict[str, Any]]:
     """Topics for the largest size on one broker; every size reads a prefix of them (2 logical clusters)."""
     import importlib
@@ -267,18 +308,19 @@ def sweep_kafka(sizes: Sequence[int], baseline_ref: str | None, heap: str) -> li
         tag = uuid.uuid4().hex[:6]
         names = {f"lc{i}": [f"sweep-lc{i}-t{j}-{tag}" for j in range(per_logical)] for i in range(2)}
         every = [t for topics in names.values() for t in topics]
-        for future in (
-            cluster.admin()
-            .create_topics([NewTopic(t, 100, 1) for t in every], operation_timeout=300, request_timeout=300)
-            .values()
-        ):
-            future.result()
+        for start in range(0, len(every), 20):  # KRaft refuses one request of more than 10,000 records
+            chunk = [NewTopic(t, 100, 1) for t in every[start : start + 20]]
+            for future in cluster.admin().create_topics(chunk, operation_timeout=300).values():
+                future.result()
+        _wait_for_leaders(cluster, set(every), len(every) * 100)
+        _warm_offsets_topic(cluster, every[0])
         producer = cluster.producer(**{"linger.ms": 20})
         for topic in every:
             for p in range(100):
                 producer.produce(topic, b"x", partition=p)
             producer.poll(0)
-        producer.flush(120)
+        if producer.flush(120):
+            raise TimeoutError("records not delivered within 120 s")
         baseline = _baseline_tree(baseline_ref) if baseline_ref else None
         for size in sizes:
             k = size // 200
@@ -327,7 +369,7 @@ def sweep_table(result: dict[str, Any]) -> str:
         f"In-process (no brokers; {result['changes_per_checkpoint']:,} positions move between checkpoints; "
         "ms, before -> after):",
         f"{'splits':>8}  {'caller pause p50 / p99':<28} {'durable+committed p50':<24} "
-        f"{'first (all committed)':<24} {'metrics close':<16} file MB",
+        f"{'first (all committed)':<24} {'stall (after)':<13} {'metrics close':<16} file MB",
     ]
     for row in result["in_process"]:
         b, a = row["before"], row["after"]
@@ -338,6 +380,7 @@ def sweep_table(result: dict[str, Any]) -> str:
             + f"{_ms(b['durable_and_committed_s']['median'])} -> ".ljust(0)
             + f"{_ms(a['durable_and_committed_s']['median'])}".ljust(16)
             + f"{_ms(b['first_checkpoint_s'])} -> {_ms(a['first_checkpoint_s'])}".ljust(25)
+            + f"{_ms(a.get('longest_caller_stall_while_written_s'))}".ljust(14)
             + f"{_ms(b['metrics_close_s'])} -> {_ms(a['metrics_close_s'])}".ljust(17)
             + f"{a['file_bytes'] / 1e6:.1f}"
         )

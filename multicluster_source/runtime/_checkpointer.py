@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from multicluster_source.enumerator._state import state_split_ids
+from multicluster_source.exceptions import StreamClosedError
 from multicluster_source.runtime._handoff import PositionTracker
 
 _log = logging.getLogger("multicluster_source.runtime")
@@ -77,7 +78,7 @@ class Checkpointer:
         returned once the checkpoint is durable and its offsets committed (or the commit timed out), or
         raises what writing it raised."""
         if self._closed:
-            raise RuntimeError(f"source {self._name}: checkpointer closed")
+            raise StreamClosedError(f"source {self._name}: checkpoint() on a closed stream")
         changes = self._tracker.take_changes()
         capture = getattr(self._enumerator, "capture_state", None)
         try:
@@ -89,14 +90,16 @@ class Checkpointer:
             self._queue.put(_Taken(checkpoint_id, None, changes, write, Future()))  # keep the changes
             raise
         done: Future[Any] = Future()
-        with self._lock:
+        with self._lock:  # in the queue before close()'s end mark, or not at all
+            if self._closed:
+                raise StreamClosedError(f"source {self._name}: checkpoint() on a closed stream")
             self._in_flight += 1
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"mcs-checkpoint-{self._name}", daemon=True
                 )
                 self._thread.start()
-        self._queue.put(_Taken(checkpoint_id, state, changes, write, done))
+            self._queue.put(_Taken(checkpoint_id, state, changes, write, done))
         return done
 
     def take_in_background(self, checkpoint_id: int, write: Write) -> None:
@@ -113,9 +116,11 @@ class Checkpointer:
 
     def close(self, timeout: float = COMMIT_WAIT_S + 30.0) -> None:
         """Finish the checkpoints taken so far, then stop and join the thread. Idempotent."""
-        self._closed = True
-        self._queue.put(None)
-        thread = self._thread
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(None)
+            thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():

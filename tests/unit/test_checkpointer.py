@@ -7,6 +7,7 @@ durable, and nothing is lost when the write (or the process) fails between the t
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections.abc import Callable, Mapping
@@ -18,7 +19,8 @@ import pytest
 
 from multicluster_source.enumerator._commit import CommitLedger, Offsets
 from multicluster_source.enumerator._state import EnumeratorState, state_split_ids
-from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.exceptions import StreamClosedError
+from multicluster_source.framework._checkpoint import CheckpointStore, encode_checkpoint, encode_json
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime._checkpointer import Checkpointer, store_writer
 from multicluster_source.runtime._handoff import PositionTracker
@@ -234,6 +236,8 @@ def test_a_failed_background_checkpoint_is_raised_by_the_next_one() -> None:
     assert [c for c, _s, _p in ok] == [2, 4]
     assert not checkpointer.busy
     assert not any(t.name == "mcs-checkpoint-s" for t in threading.enumerate())
+    with pytest.raises(StreamClosedError, match="closed stream"):
+        checkpointer.take(5, recording_write(ok))
 
 
 class Cluster:
@@ -269,3 +273,14 @@ def test_the_ledger_commits_what_moved_and_owes_what_failed() -> None:
     ledger.commit(3, {}, splits, enumerators, record)
     assert [r for r, _f in west.requests] == [{("t", 0): 7}]
     assert [r for r, _f in east.requests][2:] == []  # nothing moved on east: no request at all
+
+
+def test_encoding_a_slice_at_a_time_gives_the_bytes_of_one_dumps() -> None:
+    rng = random.Random(3)
+    positions = {f"c/t{i // 100}/{i % 100}": rng.randrange(10**9) for i in range(4_321)}
+    state = EnumeratorState(splits=tuple(SPLITS) * 150, finished=frozenset(IDS)).to_dict()
+    for value in (positions, state, {"a": [1, 2], "b": {}}, [], {}, [{"x": i} for i in range(5_000)]):
+        assert encode_json(value) == json.dumps(value, separators=(",", ":")).encode()
+    document = encode_checkpoint(9, "s", state, positions)
+    assert json.loads(document)["positions"] == positions
+    assert json.loads(document)["enumerator"] == state
