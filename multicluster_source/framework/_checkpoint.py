@@ -17,6 +17,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -87,20 +88,20 @@ def encode_json(value: Any) -> bytes:
 
 
 def _encode(value: Any, out: list[bytes]) -> None:
-    if isinstance(value, dict) and (len(value) > _SLICE or any(_large(v) for v in value.values())):
-        items = list(value.items())
+    if isinstance(value, dict) and any(_large(v) for v in value.values()):
         out.append(b"{")
-        for start in range(0, len(items), _SLICE):
-            piece = items[start : start + _SLICE]
-            if start:
-                out.append(b",")
-            if not any(_large(v) for _k, v in piece):
-                out.append(_dumps(dict(piece))[1:-1])
-                continue
-            for i, (key, item) in enumerate(piece):
-                out.append(b"," if i else b"")
-                out.append(_dumps(str(key)) + b":")
-                _encode(item, out)
+        for i, (key, item) in enumerate(value.items()):
+            out.append(b',"' if i else b'"')
+            out.append(_dumps(str(key))[1:] + b":")
+            _encode(item, out)
+        out.append(b"}")
+    elif isinstance(value, dict) and len(value) > _SLICE:
+        # islice over the items: no list of 100,000 tuples for the garbage collector to count and walk
+        items = iter(value.items())
+        out.append(b"{")
+        for start in range(0, len(value), _SLICE):
+            out.append(b"," if start else b"")
+            out.append(_dumps(dict(islice(items, _SLICE)))[1:-1])
         out.append(b"}")
     elif isinstance(value, list) and len(value) > _SLICE:
         out.append(b"[")
