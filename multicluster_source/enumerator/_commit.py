@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -23,6 +24,26 @@ _log = logging.getLogger("multicluster_source.enumerator")
 
 Offsets = dict[tuple[str, int], int]
 """``(topic, partition) -> offset`` of one cluster."""
+
+
+class CommitWait:
+    """``wait(timeout)``: wait for a checkpoint's commits, logging those not done in time; ``stop`` (checked
+    every 0.1 s) ends the wait early, e.g. when the source closes and a cluster does not answer."""
+
+    def __init__(self, checkpoint_id: int, futures: Mapping[str, Future[None]]) -> None:
+        self._checkpoint_id = checkpoint_id
+        self._futures = dict(futures)
+
+    def __call__(self, timeout: float, stop: Callable[[], bool] = lambda: False) -> None:
+        deadline = time.monotonic() + timeout
+        pending = set(self._futures.values())
+        while pending:
+            left = deadline - time.monotonic()
+            pending = wait_futures(pending, timeout=max(0.0, min(0.1, left))).not_done
+            if left <= 0 or stop():
+                break
+        for cid in sorted(c for c, f in self._futures.items() if f in pending):
+            _log.warning("cluster=%s: offset commit of checkpoint %d timed out", cid, self._checkpoint_id)
 
 
 class CommitLedger:
@@ -44,7 +65,7 @@ class CommitLedger:
         splits: Mapping[str, KafkaPartitionSplit],
         enumerators: Mapping[str, KafkaClusterEnumerator],
         committed: Callable[[str, Offsets], None],
-    ) -> Callable[[float], None]:
+    ) -> CommitWait:
         """Commit ``positions`` (split id -> offset) of the active ``splits`` and what earlier commits left
         owed, one commit per cluster with a running enumerator; call ``committed(cluster_id, offsets)`` for
         each commit that succeeds. Returns ``wait(timeout)``. Costs O(positions + owed)."""
@@ -65,12 +86,7 @@ class CommitLedger:
                 continue
             futures[cid].add_done_callback(self._done_callback(cid, offsets, committed))
 
-        def wait(timeout: float) -> None:
-            _done, not_done = wait_futures(list(futures.values()), timeout=timeout)
-            for cid in sorted(c for c, f in futures.items() if f in not_done):
-                _log.warning("cluster=%s: offset commit of checkpoint %d timed out", cid, checkpoint_id)
-
-        return wait
+        return CommitWait(checkpoint_id, futures)
 
     def _owe_again(self, cluster_id: str, offsets: Offsets) -> None:
         """A commit failed: its offsets are owed again, except where a newer one is owed already."""

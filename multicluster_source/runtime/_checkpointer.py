@@ -23,17 +23,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from multicluster_source.enumerator._commit import CommitWait
 from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import StreamClosedError
 from multicluster_source.runtime._handoff import PositionTracker
 
 _log = logging.getLogger("multicluster_source.runtime")
 COMMIT_WAIT_S = 30.0
+CLOSE_COMMIT_WAIT_S = 1.0
+"""Once ``close()`` began, how long the commits of a checkpoint are still waited for (the checkpoint itself
+is durable either way; a commit not waited for is logged, and may still complete)."""
 Write = Callable[[int, dict[str, Any], dict[str, int]], Any]
 """``write(checkpoint_id, enumerator_state, positions)``: store one checkpoint durably."""
 
@@ -66,6 +71,7 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._background_error: BaseException | None = None
+        self._closing_at: float | None = None
 
     @property
     def busy(self) -> bool:
@@ -115,10 +121,12 @@ class Checkpointer:
             self._background_error = done.exception()
 
     def close(self, timeout: float = COMMIT_WAIT_S + 30.0) -> None:
-        """Finish the checkpoints taken so far, then stop and join the thread. Idempotent."""
+        """Finish the checkpoints taken so far (writing them; their commits are waited for at most
+        ``CLOSE_COMMIT_WAIT_S`` more), then stop and join the thread. Idempotent."""
         with self._lock:
             if not self._closed:
                 self._closed = True
+                self._closing_at = time.monotonic()
                 self._queue.put(None)
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -165,8 +173,15 @@ class Checkpointer:
         self._moved = {}
         cid, enumerator = taken.checkpoint_id, self._enumerator
         wait = self._coordinator.call_sync(lambda: enumerator.notify_checkpoint_complete(cid, moved))
-        wait(COMMIT_WAIT_S)
+        if isinstance(wait, CommitWait):  # closing: a cluster that does not answer is not waited for long
+            wait(COMMIT_WAIT_S, stop=self._close_waited)
+        else:
+            wait(COMMIT_WAIT_S)
         return written
+
+    def _close_waited(self) -> bool:
+        closing = self._closing_at
+        return closing is not None and time.monotonic() - closing > CLOSE_COMMIT_WAIT_S
 
     def _serialized(self, state: Any) -> tuple[dict[str, Any], set[str]]:
         """The JSON-ready state and its split ids; an equal state is not serialized again."""

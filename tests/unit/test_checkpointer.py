@@ -284,3 +284,25 @@ def test_encoding_a_slice_at_a_time_gives_the_bytes_of_one_dumps() -> None:
     document = encode_checkpoint(9, "s", state, positions)
     assert json.loads(document)["positions"] == positions
     assert json.loads(document)["enumerator"] == state
+
+
+def test_close_does_not_wait_long_for_a_cluster_that_does_not_answer(tmp_path: Path) -> None:
+    silent = Cluster()  # its commit never ends
+    ledger = CommitLedger()
+    splits = {s.split_id: s for s in SPLITS}
+
+    class Committing(Enumerator):
+        def notify_checkpoint_complete(self, checkpoint_id: int, positions: Mapping[str, int]) -> Any:
+            clusters: dict[str, Any] = {"east": silent}
+            return ledger.commit(checkpoint_id, positions, splits, clusters, lambda c, o: None)
+
+    tracker = PositionTracker({IDS[0]: 7})
+    store = CheckpointStore(tmp_path)
+    checkpointer = Checkpointer("s", InlineCoordinator(), Committing(SPLITS), tracker)
+    checkpointer.take_in_background(1, store_writer(store, "s"))
+    while not silent.requests:
+        threading.Event().wait(0.01)
+    checkpointer.close()  # waits CLOSE_COMMIT_WAIT_S for the commit, not COMMIT_WAIT_S
+    assert not any(t.name == "mcs-checkpoint-s" for t in threading.enumerate())
+    latest = store.latest()
+    assert latest is not None and latest.positions == {IDS[0]: 7}  # durable all the same
