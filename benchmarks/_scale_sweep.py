@@ -21,6 +21,7 @@ Two kinds of figures, never mixed in one column:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -196,6 +197,8 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
     )
     ckpt = Path(tempfile.mkdtemp(prefix="mcs-sweep-")) / "ckpt"
     out: dict[str, Any] = {"splits": total}
+    warnings = _Warnings()
+    logging.getLogger("multicluster_source").addHandler(warnings)
     started = time.perf_counter()
     stream = source.open(2, checkpoint_dir=str(ckpt), checkpoint_interval=0.5)
     try:
@@ -224,7 +227,20 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         stream.close()
         out["close_s"] = time.perf_counter() - t0
+        out["warnings"] = warnings.seen[:5]
+        out["warnings_total"] = len(warnings.seen)
     return out
+
+
+class _Warnings(logging.Handler):
+    """The source's warnings and errors of one measurement (slow or failed commits show here)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage()[:200])
 
 
 def _baseline_tree(ref: str) -> Path:
