@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -148,7 +149,8 @@ def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> 
         finally:
             checkpointer.close()
             coordinator.stop()
-        newest = max(directory.glob("chk-*.json"))
+        newest_bytes = max(directory.glob("chk-*.json")).stat().st_size
+        shutil.rmtree(directory, ignore_errors=True)
         t0 = time.perf_counter()
         metrics.close()
         out[kind] = {
@@ -156,7 +158,7 @@ def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> 
             "longest_caller_stall_while_written_s": max(stalls),
             "durable_and_committed_s": _stats(durable),
             "first_checkpoint_s": first,
-            "file_bytes": newest.stat().st_size,
+            "file_bytes": newest_bytes,
             "metrics_close_s": time.perf_counter() - t0,
         }
     return out
@@ -227,6 +229,7 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         stream.close()
         out["close_s"] = time.perf_counter() - t0
+        shutil.rmtree(ckpt.parent, ignore_errors=True)
         out["warnings"] = warnings.seen[:5]
         out["warnings_total"] = len(warnings.seen)
     return out
@@ -323,6 +326,7 @@ def sweep_kafka(sizes: Sequence[int], baseline_ref: str | None, heap: str) -> li
     cluster = harness.KafkaCluster("sweep", heap=heap)
     cluster.start()
     rows: list[dict[str, Any]] = []
+    trees: list[Path] = []
     try:
         per_logical = max(sizes) // 200
         tag = uuid.uuid4().hex[:6]
@@ -342,6 +346,7 @@ def sweep_kafka(sizes: Sequence[int], baseline_ref: str | None, heap: str) -> li
         if producer.flush(120):
             raise TimeoutError("records not delivered within 120 s")
         baseline = _baseline_tree(baseline_ref) if baseline_ref else None
+        trees.extend([baseline] if baseline is not None else [])
         for size in sizes:
             k = size // 200
             spec = {"bootstrap": cluster.bootstrap_servers, "logical": {c: t[:k] for c, t in names.items()}}
@@ -353,6 +358,8 @@ def sweep_kafka(sizes: Sequence[int], baseline_ref: str | None, heap: str) -> li
             print(f"  kafka {k * 200} splits: {json.dumps(row)}", flush=True)
     finally:
         cluster.stop()
+        for tree in trees:
+            shutil.rmtree(tree, ignore_errors=True)
     return rows
 
 
