@@ -172,7 +172,11 @@ class Checkpointer:
         moved = {sid: pos for sid, pos in self._moved.items() if sid in ids}
         self._moved = {}
         cid, enumerator = taken.checkpoint_id, self._enumerator
-        wait = self._coordinator.call_sync(lambda: enumerator.notify_checkpoint_complete(cid, moved))
+        try:
+            wait = self._coordinator.call_sync(lambda: enumerator.notify_checkpoint_complete(cid, moved))
+        except BaseException:
+            self._moved = moved | self._moved  # not committed: they go with the next checkpoint
+            raise
         if isinstance(wait, CommitWait):  # closing: a cluster that does not answer is not waited for long
             wait(COMMIT_WAIT_S, stop=self._close_waited)
         else:
