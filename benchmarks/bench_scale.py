@@ -25,6 +25,10 @@ fsync of the same positions alone (the floor of a checkpoint), and the previous 
 Run: ``python benchmarks/bench_scale.py [--partitions 10000] [--logical 10] [--heap 1g]``. When the
 machine cannot hold the requested size, lower ``--partitions``: the largest that worked is what the result
 file records.
+
+``--sweep`` measures instead ``checkpoint()`` (caller pause, durable and committed) and ``close()`` side by
+side at several sizes, in-process up to 100,000 splits and on a real broker up to 10,000, before (``--baseline
+<git ref>``) and after: see ``_scale_sweep.py``; results in ``results/scale_sweep.json``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._brokers import RESULTS_DIR, machine_info
+from benchmarks._scale_sweep import run_sweep, sweep_table
 from benchmarks.bench_soak import figures_markdown, open_fds, rdk_threads, rss_mb, write_json
 from multicluster_source import (
     ClusterMetadata,
@@ -478,7 +483,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="splits in all")
     parser.add_argument("--logical", type=int, default=DEFAULT_LOGICAL, help="logical clusters")
     parser.add_argument("--heap", default=DEFAULT_HEAP, help="broker JVM heap")
+    parser.add_argument("--sweep", action="store_true", help="checkpoint and close costs at several sizes")
+    parser.add_argument(
+        "--in-process", default="1000,10000,36000,100000", help="sweep: sizes without brokers"
+    )
+    parser.add_argument("--kafka", default="1000,4000,10000", help="sweep: sizes on a real broker ('' skips)")
+    parser.add_argument("--changes", type=int, default=1000, help="sweep: positions moved per checkpoint")
+    parser.add_argument("--baseline", default=None, help="sweep: git ref measured as 'before' on Kafka")
     args = parser.parse_args(argv)
+    if args.sweep:
+        sizes = [int(x) for x in args.in_process.split(",") if x]
+        kafka = [int(x) for x in args.kafka.split(",") if x]
+        sweep = run_sweep(sizes, kafka, args.changes, args.baseline, args.heap)
+        print(sweep_table(sweep))
+        print(f"written: {write_json('scale_sweep', sweep)}")
+        return 0
     result = run(args.partitions, args.logical, args.heap)
     print(format_table(result))
     print(f"written: {write_result(result)}")

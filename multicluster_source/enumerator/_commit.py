@@ -1,15 +1,19 @@
 """Committing a completed checkpoint's positions to the clusters under the source's group id.
 
-:func:`commit_positions` starts one offset commit per cluster through its per-cluster enumerator and
-returns a function that waits for them; failures and timeouts are logged, never raised (the checkpoint is
-complete either way). Started on the coordinator thread; the commits' callbacks run on the admin clients'
-threads.
+:class:`CommitLedger` starts one offset commit per cluster through its per-cluster enumerator and returns a
+function that waits for them; failures and timeouts are logged, never raised (the checkpoint is complete
+either way). A checkpoint hands over the positions that moved since the previous one, so a commit carries
+what changed, not every split; offsets whose commit failed stay owed and go with the next one (unless a newer
+offset of the same partition replaced them). Started on the coordinator thread; the commits' callbacks run on
+the admin clients' threads.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 
@@ -22,45 +26,84 @@ Offsets = dict[tuple[str, int], int]
 """``(topic, partition) -> offset`` of one cluster."""
 
 
-def commit_positions(
-    checkpoint_id: int,
-    positions: Mapping[str, int],
-    splits: Iterable[KafkaPartitionSplit],
-    enumerators: Mapping[str, KafkaClusterEnumerator],
-    committed: Callable[[str, Offsets], None],
-) -> Callable[[float], None]:
-    """Commit the checkpointed ``positions`` of ``splits`` whose cluster has a running enumerator; call
-    ``committed(cluster_id, offsets)`` for each commit that succeeds. Returns ``wait(timeout)``."""
-    by_cluster: dict[str, Offsets] = {}
-    for split in splits:
-        pos = positions.get(split.split_id)
-        if pos is not None and split.cluster_id in enumerators:
-            by_cluster.setdefault(split.cluster_id, {})[split.topic_partition] = pos
-    futures: dict[str, Future[None]] = {}
-    for cid, offsets in by_cluster.items():
-        try:
-            futures[cid] = enumerators[cid].commit_offsets(offsets)
-        except Exception as exc:
-            _log.warning("cluster=%s: offset commit failed to start: %s", cid, exc)
-            continue
-        futures[cid].add_done_callback(_done_callback(cid, offsets, committed))
+class CommitWait:
+    """``wait(timeout)``: wait for a checkpoint's commits, logging those not done in time; ``stop`` (checked
+    every 0.1 s) ends the wait early, e.g. when the source closes and a cluster does not answer."""
 
-    def wait(timeout: float) -> None:
-        _done, not_done = wait_futures(list(futures.values()), timeout=timeout)
-        for cid in sorted(c for c, f in futures.items() if f in not_done):
-            _log.warning("cluster=%s: offset commit of checkpoint %d timed out", cid, checkpoint_id)
+    def __init__(self, checkpoint_id: int, futures: Mapping[str, Future[None]]) -> None:
+        self._checkpoint_id = checkpoint_id
+        self._futures = dict(futures)
 
-    return wait
+    def __call__(self, timeout: float, stop: Callable[[], bool] = lambda: False) -> None:
+        deadline = time.monotonic() + timeout
+        pending = set(self._futures.values())
+        while pending:
+            left = deadline - time.monotonic()
+            pending = wait_futures(pending, timeout=max(0.0, min(0.1, left))).not_done
+            if left <= 0 or stop():
+                break
+        for cid in sorted(c for c, f in self._futures.items() if f in pending):
+            _log.warning("cluster=%s: offset commit of checkpoint %d timed out", cid, self._checkpoint_id)
 
 
-def _done_callback(
-    cluster_id: str, offsets: Offsets, committed: Callable[[str, Offsets], None]
-) -> Callable[[Future[None]], None]:
-    def done(fut: Future[None]) -> None:
-        error = fut.exception()
-        if error is not None:
-            _log.warning("cluster=%s: offset commit failed: %s", cluster_id, error)
-            return
-        committed(cluster_id, offsets)
+class CommitLedger:
+    """Offsets owed to each cluster: checkpointed, not yet stored by a commit. Thread-safe."""
 
-    return done
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owed: dict[str, Offsets] = {}
+
+    def owed(self) -> dict[str, Offsets]:
+        """A copy of what is owed per cluster (for tests and status)."""
+        with self._lock:
+            return {cid: dict(offsets) for cid, offsets in self._owed.items()}
+
+    def commit(
+        self,
+        checkpoint_id: int,
+        positions: Mapping[str, int],
+        splits: Mapping[str, KafkaPartitionSplit],
+        enumerators: Mapping[str, KafkaClusterEnumerator],
+        committed: Callable[[str, Offsets], None],
+    ) -> CommitWait:
+        """Commit ``positions`` (split id -> offset) of the active ``splits`` and what earlier commits left
+        owed, one commit per cluster with a running enumerator; call ``committed(cluster_id, offsets)`` for
+        each commit that succeeds. Returns ``wait(timeout)``. Costs O(positions + owed)."""
+        with self._lock:
+            for sid, pos in positions.items():
+                split = splits.get(sid)
+                if split is not None:
+                    self._owed.setdefault(split.cluster_id, {})[split.topic_partition] = pos
+            # a cluster without a running enumerator (reconnecting) keeps what it is owed for a later one
+            by_cluster = {cid: self._owed.pop(cid) for cid in list(self._owed) if cid in enumerators}
+        futures: dict[str, Future[None]] = {}
+        for cid, offsets in by_cluster.items():
+            try:
+                futures[cid] = enumerators[cid].commit_offsets(offsets)
+            except Exception as exc:
+                _log.warning("cluster=%s: offset commit failed to start: %s", cid, exc)
+                self._owe_again(cid, offsets)
+                continue
+            futures[cid].add_done_callback(self._done_callback(cid, offsets, committed))
+
+        return CommitWait(checkpoint_id, futures)
+
+    def _owe_again(self, cluster_id: str, offsets: Offsets) -> None:
+        """A commit failed: its offsets are owed again, except where a newer one is owed already."""
+        with self._lock:
+            owed = self._owed.setdefault(cluster_id, {})
+            for tp, offset in offsets.items():
+                owed.setdefault(tp, offset)
+
+    def _done_callback(
+        self, cluster_id: str, offsets: Offsets, committed: Callable[[str, Offsets], None]
+    ) -> Callable[[Future[None]], None]:
+        def done(fut: Future[None]) -> None:
+            error = fut.exception()
+            if error is not None:
+                _log.warning("cluster=%s: offset commit failed: %s", cluster_id, error)
+                self._owe_again(cluster_id, offsets)
+                return
+            committed(cluster_id, offsets)
+
+        return done

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from multicluster_source.framework._split import make_split_id
+from multicluster_source.framework._split import KafkaPartitionSplit, make_split_id
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
 
 __all__ = [
     "blocked_topics",
     "copied_origin_topics",
+    "covered",
     "effective_metadata",
     "failed_origins",
     "replica_splits_of",
@@ -112,3 +113,8 @@ def replica_splits_of(
             if origin_topic == topic:
                 out.append((make_split_id(rid, replica_topic, partition), r))
     return out
+
+
+def covered(split: KafkaPartitionSplit, metadata: Mapping[str, ClusterMetadata]) -> bool:
+    """Whether ``split``'s cluster and topic are in ``metadata``."""
+    return split.cluster_id in metadata and split.topic in metadata[split.cluster_id].topics

@@ -17,6 +17,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +40,77 @@ class Checkpoint:
 
 
 def encode_checkpoint(
-    checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
+    checkpoint_id: int,
+    source: str,
+    enumerator: dict[str, Any],
+    positions: dict[str, int],
+    *,
+    enumerator_json: bytes | None = None,
 ) -> bytes:
-    """A checkpoint document (the current version) as UTF-8 JSON bytes, as every storage writes it."""
-    doc = {
+    """A checkpoint document (the current version) as UTF-8 JSON bytes, as every storage writes it.
+    ``enumerator_json``: ``enumerator`` already encoded (a state that did not change since the last write
+    is not encoded again)."""
+    head = {
         "version": CHECKPOINT_VERSION,
         "checkpoint_id": checkpoint_id,
         "source": source,
         "created_ms": int(time.time() * 1000),
-        "enumerator": enumerator,
-        "positions": dict(sorted(positions.items())),
     }
-    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    out = [_dumps(head)[:-1], b',"enumerator":']
+    if enumerator_json is not None:
+        out.append(enumerator_json)
+    else:
+        _encode(enumerator, out)
+    out.append(b',"positions":')
+    _encode(positions, out)
+    out.append(b"}")
+    return b"".join(out)
+
+
+_SLICE = 2000
+"""Items encoded by one ``json.dumps`` call: the call holds the GIL for its whole run, so a large checkpoint
+is encoded a slice at a time and the caller's thread runs in between (about 2 ms a slice)."""
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _large(value: Any) -> bool:
+    return isinstance(value, (dict, list)) and len(value) > _SLICE
+
+
+def encode_json(value: Any) -> bytes:
+    """``value`` as compact JSON, the same bytes as one ``json.dumps``, encoded a slice at a time."""
+    out: list[bytes] = []
+    _encode(value, out)
+    return b"".join(out)
+
+
+def _encode(value: Any, out: list[bytes]) -> None:
+    if isinstance(value, dict) and any(_large(v) for v in value.values()):
+        out.append(b"{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(b',"' if i else b'"')
+            out.append(_dumps(str(key))[1:] + b":")
+            _encode(item, out)
+        out.append(b"}")
+    elif isinstance(value, dict) and len(value) > _SLICE:
+        # islice over the items: no list of 100,000 tuples for the garbage collector to count and walk
+        items = iter(value.items())
+        out.append(b"{")
+        for start in range(0, len(value), _SLICE):
+            out.append(b"," if start else b"")
+            out.append(_dumps(dict(islice(items, _SLICE)))[1:-1])
+        out.append(b"}")
+    elif isinstance(value, list) and len(value) > _SLICE:
+        out.append(b"[")
+        for start in range(0, len(value), _SLICE):
+            out.append(b"," if start else b"")
+            out.append(_dumps(value[start : start + _SLICE])[1:-1])
+        out.append(b"]")
+    else:
+        out.append(_dumps(value))
 
 
 def decode_checkpoint(data: bytes, path: Path) -> Checkpoint:
@@ -85,6 +145,7 @@ class CheckpointStore:
         self.directory = Path(directory)
         self.keep = max(1, keep)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._encoded: tuple[dict[str, Any], bytes] | None = None  # the last enumerator state and its JSON
 
     def _files(self) -> list[tuple[int, Path]]:
         found = []
@@ -102,7 +163,7 @@ class CheckpointStore:
         tmp = self.directory / f".chk-{checkpoint_id:012d}.json.tmp"
         try:
             with open(tmp, "wb") as fh:
-                fh.write(encode_checkpoint(checkpoint_id, source, enumerator, positions))
+                fh.write(self._encode(checkpoint_id, source, enumerator, positions))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
@@ -119,6 +180,16 @@ class CheckpointStore:
             except OSError as exc:
                 _log.warning("cannot delete old checkpoint %s: %s", old, exc)
         return final
+
+    def _encode(
+        self, checkpoint_id: int, source: str, enumerator: dict[str, Any], positions: dict[str, int]
+    ) -> bytes:
+        """The document; the enumerator state is encoded again only when it is another object than the last
+        one written (a checkpointer hands the same, never changed, object while the state is unchanged)."""
+        cached = self._encoded
+        if cached is None or cached[0] is not enumerator:
+            cached = self._encoded = (enumerator, encode_json(enumerator))
+        return encode_checkpoint(checkpoint_id, source, enumerator, positions, enumerator_json=cached[1])
 
     def read(self, path: Path) -> Checkpoint:
         """Read one checkpoint file of any known version."""

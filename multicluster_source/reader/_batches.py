@@ -85,7 +85,17 @@ def advance_positions(
 ) -> list[Any]:
     """Fill ``positions`` with where each split (of ``progress``, whose partitions are ``tps``) got to, from
     the consumer's own positions (which cover exactly the messages returned so far); trim messages at or past
-    a stopping offset. ``moved``: the progress of each split that moved."""
+    a stopping offset. ``moved``: the progress of each split that moved.
+
+    When the batch touches fewer partitions than are assigned, only its own are asked (``position()`` over
+    every assigned partition costs 5 ms at 9,000 partitions and 17 ms at 18,000, per batch): a partition whose
+    position moves past what the client never returns (transaction markers, compacted gaps) with no message
+    after it moves on with its next message, or ends with its end-of-partition event when bounded.
+    """
+    if len(messages) < len(tps):
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(t, p) for t, p in {(m.topic(), m.partition()) for m in messages}]
     for tp in consumer.position(tps):
         offset = tp.offset
         if offset < 0:

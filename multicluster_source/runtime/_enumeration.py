@@ -7,12 +7,13 @@ run); every enumerator call goes through the coordinator's mailbox, as the enume
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.metadata._model import KafkaMetadataService
-from multicluster_source.runtime._local import Coordinator
+from multicluster_source.runtime._checkpointer import Checkpointer
+from multicluster_source.runtime._local import Coordinator, ReaderRunner
 
 _log = logging.getLogger("multicluster_source.runtime")
 T = TypeVar("T")
@@ -36,6 +37,18 @@ def take_checkpoint(
     wait = coordinator.call_sync(lambda: enumerator.notify_checkpoint_complete(checkpoint_id, kept))
     wait(COMMIT_WAIT_S)
     return written
+
+
+def stop_readers(runners: Sequence[ReaderRunner], checkpointer: Checkpointer | None) -> None:
+    """Stop every started reader side by side (each closes its clients on its thread), finish the checkpoints
+    taken so far meanwhile, then join every reader: as long as the slowest reader, not the sum of them."""
+    started = [r for r in runners if r.reader is not None]
+    for runner in started:
+        runner.stop(wait=False)
+    if checkpointer is not None:
+        checkpointer.close()  # what was taken is written and committed before the enumerator stops
+    for runner in started:
+        runner.stop()
 
 
 def stop_enumeration(

@@ -29,6 +29,11 @@ class PositionTracker:
     taker (:class:`~multicluster_source.runtime._delivery.Delivery`) drops the records it refused, so a
     record fetched from the origin before the handover is never handed out after it. The taker also notes the
     last timestamp of *watched* splits (the ones a replica copies), for the ``timestamp`` translation.
+
+    Every change is also journaled (``None`` for a forgotten split) until :meth:`take_changes` hands the
+    journal over, so a checkpoint costs the caller what moved since the last one, not a copy of every
+    position. The journal starts with the initial (restored) positions: the first checkpoint after a restore
+    carries, and commits, all of them again.
     """
 
     def __init__(self, initial: Mapping[str, int] | None = None) -> None:
@@ -38,6 +43,7 @@ class PositionTracker:
         self.watched: frozenset[str] = frozenset()
         """Splits whose last delivered record's timestamp is kept (read without the lock by the taker)."""
         self._times: dict[str, int] = {}
+        self._changes: dict[str, int | None] = dict(self._positions)
 
     def advance(self, positions: Mapping[str, int], times: Mapping[str, int] | None = None) -> frozenset[str]:
         """Record positions reached by delivered records (and, for watched splits, their last timestamps);
@@ -47,11 +53,14 @@ class PositionTracker:
             fenced = self._fenced
             if fenced and not fenced.isdisjoint(positions):
                 refused = fenced.intersection(positions)
-                self._positions.update((s, p) for s, p in positions.items() if s not in refused)
+                kept = {s: p for s, p in positions.items() if s not in refused}
+                self._positions.update(kept)
+                self._changes.update(kept)
                 if times:
                     self._times.update((s, t) for s, t in times.items() if s not in refused)
                 return frozenset(refused)
             self._positions.update(positions)
+            self._changes.update(positions)
             if times:
                 self._times.update(times)
             return frozenset()
@@ -94,13 +103,22 @@ class PositionTracker:
         """Drop positions."""
         with self._lock:
             for s in split_ids:
-                self._positions.pop(s, None)
+                if self._positions.pop(s, None) is not None:
+                    self._changes[s] = None
                 self._times.pop(s, None)
 
     def snapshot(self) -> dict[str, int]:
         """A copy of every position."""
         with self._lock:
             return dict(self._positions)
+
+    def take_changes(self) -> dict[str, int | None]:
+        """What changed since the last call (split id -> position, ``None`` when forgotten), in O(1): the
+        journal is handed over and a fresh one started. Applied in order to the previous positions, the
+        changes give :meth:`snapshot` as of this call."""
+        with self._lock:
+            changes, self._changes = self._changes, {}
+            return changes
 
 
 class PositionFencing:

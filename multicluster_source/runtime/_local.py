@@ -361,11 +361,11 @@ class ReaderRunner:
             except Exception:
                 _log.exception("reader %d: close failed", self._index)
 
-    def stop(self) -> None:
-        """Stop the reader and wait for its thread (which closes its clients)."""
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop the reader; with ``wait``, wait for its thread (which closes its clients)."""
         self._stopping.set()
         self._inbox.put(("stop", None))
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=60)
 
     def kill(self) -> None:

@@ -23,8 +23,9 @@ from multicluster_source.ops._admin import AdminServer, check_admin_address
 from multicluster_source.ops._admin_target import RecordingSubscriber
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime._checkpointer import Checkpointer, store_writer
 from multicluster_source.runtime._delivery import Delivery
-from multicluster_source.runtime._enumeration import stop_enumeration, take_checkpoint
+from multicluster_source.runtime._enumeration import stop_enumeration, stop_readers
 from multicluster_source.runtime._handoff import Handoff, PositionTracker
 from multicluster_source.runtime._local import Coordinator, ReaderRunner
 from multicluster_source.runtime._status import (
@@ -79,6 +80,7 @@ class SourceStream:
         self._parallelism = parallelism
         self._interval = checkpoint_interval
         self._store = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
+        self._write = store_writer(self._store, source.name)
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._closed = False
@@ -133,6 +135,7 @@ class SourceStream:
                 )
             )
             self._coordinator.enumerator = enumerator
+            self._checkpointer = Checkpointer(self._name, self._coordinator, enumerator, self._tracker)
             self._coordinator.call_sync(enumerator.start)
             self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
             on_topic_read = self._topics.record if self._topics.enabled else None
@@ -220,8 +223,9 @@ class SourceStream:
             raise StreamClosedError(f"source {self._name}: {what} on a closed stream")
         if self._closed:
             return False
-        if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
-            self.checkpoint()
+        due = self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval
+        if due and not self._checkpointer.busy:  # the stream goes on while it is written and committed
+            self._checkpointer.take_in_background(self._next_checkpoint_id(), self._write)
         return True
 
     def _taking(self, take: Callable[[], _T]) -> _T:
@@ -360,20 +364,18 @@ class SourceStream:
 
     def checkpoint(self) -> int:
         """Take a checkpoint covering every record already returned; returns its id once it is durable and,
-        with a group id, once offsets were committed (or the commit timed out, which is logged)."""
+        with a group id, once offsets were committed (or the commit timed out, which is logged). This thread
+        captures what changed since the last one; the source's checkpoint thread writes and commits it."""
         self._raise_if_failed()
+        checkpoint_id = self._next_checkpoint_id()
+        self._checkpointer.take(checkpoint_id, self._write).result()
+        return checkpoint_id
+
+    def _next_checkpoint_id(self) -> int:
         self._taking(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
         self._checkpoint_id += 1
-        checkpoint_id = self._checkpoint_id
-        store = self._store
-
-        def write(state: dict[str, Any], kept: dict[str, int]) -> None:
-            if store is not None:
-                store.write(checkpoint_id, self._name, state, kept)
-
-        take_checkpoint(self._coordinator, self._enumerator, checkpoint_id, self._tracker.snapshot(), write)
         self._last_checkpoint = time.monotonic()
-        return checkpoint_id
+        return self._checkpoint_id
 
     # ------------------------------------------------------------------------------------------- closing
 
@@ -389,9 +391,7 @@ class SourceStream:
         if self._admin is not None:
             self._admin.close()
         self._handoff.closed.set()
-        for runner in getattr(self, "_readers", []):
-            if runner.reader is not None:
-                runner.stop()
+        stop_readers(getattr(self, "_readers", []), getattr(self, "_checkpointer", None))
         enumerator = getattr(self, "_enumerator", None)
         stop_enumeration(self._name, self._coordinator, enumerator, self._source.metadata_service)
         if forget_topics:

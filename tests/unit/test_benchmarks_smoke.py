@@ -183,3 +183,36 @@ def test_handover_summaries_count_duplicates_losses_and_runs_over_their_bound() 
         [{**r, "handover_ms": 500.0, "first_replica_ms": r["first_record_ms"]} for r in runs]
     )
     assert source["duplicates_over_bound"] == 0 and source["handover_ms_median"] == 500.0
+
+
+def test_scale_sweep_table_formats_made_up_results() -> None:
+    from benchmarks._scale_sweep import sweep_table
+
+    stats = {"median": 0.2, "p99": 0.3, "max": 0.4, "n": 12}
+    side = {
+        "caller_pause_s": stats,
+        "durable_and_committed_s": stats,
+        "first_checkpoint_s": 0.5,
+        "file_bytes": 3_300_000,
+        "metrics_close_s": 0.25,
+        "longest_caller_stall_while_written_s": 0.004,
+    }
+    stream = {
+        "splits": 4000,
+        "all_first_records_s": 0.8,
+        "poll_s": stats,
+        "checkpoint_s": stats,
+        "close_s": 0.2,
+    }
+    result = {
+        "baseline_ref": "abc123",
+        "changes_per_checkpoint": 1000,
+        "in_process": [{"splits": 36000, "before": side, "after": side}],
+        "kafka": [
+            {"splits": 4000, "before": stream, "after": stream},
+            {"splits": 10000, "after": {"error": "broker fenced"}},
+        ],
+    }
+    table = sweep_table(result)
+    assert "36,000" in table and "3.3" in table and "200 -> 200" in table
+    assert "failed: broker fenced" in table
