@@ -15,23 +15,25 @@ does not poll meanwhile, so what the origin's readers had fetched is fenced, not
 
 from __future__ import annotations
 
+import importlib
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import benchmarks._brokers  # noqa: F401  (puts the test tree, home of the harness, on the path)
 from multicluster_source import (
-    ClusterMetadata,
     FileMetadataService,
-    KafkaStream,
     MultiClusterKafkaSource,
     OffsetsInitializer,
 )
-from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.testing import write_metadata_file
+
+# the harness is a test-tree package, imported by name (see benchmarks/_brokers.py)
+_shared: Any = importlib.import_module("harness.mm2_streams")
+Writer, handover_streams, values_on = _shared.Writer, _shared.handover_streams, _shared.values_on
 
 __all__ = ["source_cycle", "source_failover"]
 
@@ -47,43 +49,10 @@ def _produce(cluster: Any, topic: str, start: int, n: int) -> None:
     producer.flush(60)
 
 
-class _Writer:
-    def __init__(self, cluster: Any, topic: str, start: int) -> None:
-        self.cluster, self.topic, self.next = cluster, topic, start
-        self.flush_s = 60.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-handover-source-writer", daemon=True)
-
-    def _run(self) -> None:
-        producer = self.cluster.producer(**{"linger.ms": 2, "enable.idempotence": True})
-        while not self._stop.is_set():
-            for p in range(PARTITIONS):
-                for i in range(self.next, self.next + 10):
-                    producer.produce(self.topic, value=f"{p}-{i}".encode(), partition=p)
-            self.next += 10
-            producer.poll(0.01)
-        producer.flush(self.flush_s)
-
-    def start(self) -> _Writer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _streams(pair: Any, topic: str, *, origin: bool, failover: bool = False) -> list[KafkaStream]:
-    replica = ClusterMetadata(
-        "west",
-        pair.west.bootstrap_servers,
-        frozenset({pair.mm2.replica_topic(topic)}),
-        replica_of=ReplicaOf("east", syncs_location=pair.mm2.syncs_location, failover=failover),
+def _writer(cluster: Any, topic: str, start: int) -> Any:
+    return Writer(
+        cluster, topic, partitions=PARTITIONS, start=start, flush_s=60.0, pause_s=0.01, name="bench-writer"
     )
-    clusters = [replica]
-    if origin:
-        clusters.append(ClusterMetadata("east", pair.east.bootstrap_servers, frozenset({topic})))
-    return [KafkaStream("orders", {c.cluster_id: c for c in clusters})]
 
 
 def _source(path: Path, wait_ms: int) -> MultiClusterKafkaSource:
@@ -110,9 +79,9 @@ def source_cycle(pair: Any, kind: str, records: int, wait_s: float) -> dict[str,
     total = records
     got: list[Any] = []
     first_replica: float | None = None
-    writer = _Writer(pair.east, topic, records) if kind == "producing" else None
+    writer = _writer(pair.east, topic, records) if kind == "producing" else None
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_metadata_file(Path(tmp) / "streams.yaml", _streams(pair, topic, origin=True))
+        path = write_metadata_file(Path(tmp) / "streams.yaml", handover_streams(pair, topic, origin=True))
         with _source(path, int(wait_s * 1000)).open(parallelism=2) as stream:
             wanted_before = {"end": PARTITIONS * records, "mid": PARTITIONS * records // 2}.get(kind, records)
             if writer is not None:
@@ -121,7 +90,7 @@ def source_cycle(pair: Any, kind: str, records: int, wait_s: float) -> dict[str,
             while len(got) < wanted_before and time.monotonic() < deadline:
                 got.extend(stream.poll(timeout=0.1, max_records=20))
             switched = time.perf_counter()
-            write_metadata_file(path, _streams(pair, topic, origin=False))
+            write_metadata_file(path, handover_streams(pair, topic, origin=False))
             # not polling until the handovers are decided: the origin's records fetched meanwhile are fenced
             deadline = time.monotonic() + 60
             while len(stream.status()["handovers"]) < PARTITIONS and time.monotonic() < deadline:
@@ -168,12 +137,12 @@ def source_failover(pool: Any, mm2: Any, records: int, wait_s: float) -> dict[st
         topic = pair.east.create_topic("failover-src", PARTITIONS)
         _produce(pair.east, topic, 0, records)
         pair.mm2.wait_caught_up(topic, timeout=120)
-        writer = _Writer(pair.east, topic, records)
+        writer = _writer(pair.east, topic, records)
         writer.flush_s = 2.0
         got: list[Any] = []
         first_replica: float | None = None
         with tempfile.TemporaryDirectory() as tmp:
-            path = write_metadata_file(Path(tmp) / "streams.yaml", _streams(pair, topic, origin=True))
+            path = write_metadata_file(Path(tmp) / "streams.yaml", handover_streams(pair, topic, origin=True))
             with _source(path, int(wait_s * 1000)).open(parallelism=2) as stream:
                 writer.start()
                 deadline = time.monotonic() + 60
@@ -183,9 +152,9 @@ def source_failover(pool: Any, mm2: Any, records: int, wait_s: float) -> dict[st
                 pair.east.stop_node(0, graceful=False)
                 writer.stop()
                 time.sleep(1.0)  # MM2 has nothing more to copy
-                copied = _values(pair.west, pair.mm2.replica_topic(topic), mm2)
+                copied = values_on(pair.west, pair.mm2.replica_topic(topic))
                 switched = time.perf_counter()
-                write_metadata_file(path, _streams(pair, topic, origin=True, failover=True))
+                write_metadata_file(path, handover_streams(pair, topic, origin=True, failover=True))
                 deadline = time.monotonic() + 90
                 while not copied <= {r.value for r in got} and time.monotonic() < deadline:
                     batch = stream.poll(timeout=0.1, max_records=1000)
@@ -210,10 +179,3 @@ def source_failover(pool: Any, mm2: Any, records: int, wait_s: float) -> dict[st
         }
     finally:
         pair.close(pool)
-
-
-def _values(cluster: Any, topic: str, mm2: Any) -> set[bytes]:
-    out: set[bytes] = set()
-    for p, end in mm2.end_offsets(cluster, topic).items():
-        out |= {r.value or b"" for r in mm2.read_partition(cluster, topic, p, 0, end)}
-    return out

@@ -11,7 +11,6 @@ Values name their origin partition and index (``<p>-<i>``), so each delivered re
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import Counter
@@ -22,7 +21,8 @@ import pytest
 from confluent_kafka import KafkaException
 
 from harness.cluster import Cluster
-from harness.mm2 import MirrorMaker2, MM2Pair, end_offsets, read_partition
+from harness.mm2 import MirrorMaker2, MM2Pair, end_offsets
+from harness.mm2_streams import Writer, handover_streams, values_on
 from multicluster_source import (
     ClusterMetadata,
     FileMetadataService,
@@ -37,55 +37,6 @@ from multicluster_source.testing import write_metadata_file
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
-
-
-class _Writer:
-    """Writes ``<p>-<i>`` records with keys and headers to every partition until stopped."""
-
-    def __init__(self, cluster: Cluster, topic: str, flush_s: float = 30.0) -> None:
-        self.cluster, self.topic, self.flush_s = cluster, topic, flush_s
-        self.next = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-mm2-writer", daemon=True)
-
-    def _run(self) -> None:
-        producer = self.cluster.producer(**{"linger.ms": 5, "enable.idempotence": True})
-        while not self._stop.is_set():
-            for p in range(PARTITIONS):
-                for i in range(self.next, self.next + 10):
-                    producer.produce(
-                        self.topic,
-                        value=f"{p}-{i}".encode(),
-                        key=f"k{i % 5}".encode(),
-                        partition=p,
-                        headers=[("i", str(i).encode())],
-                    )
-            self.next += 10
-            producer.poll(0.02)
-        producer.flush(self.flush_s)
-
-    def start(self) -> _Writer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _streams(pair: MM2Pair, topic: str, *, origin: bool, failover: bool = False) -> list[KafkaStream]:
-    replica_of = ReplicaOf("east", syncs_location=pair.mm2.syncs_location, failover=failover)
-    clusters = [
-        ClusterMetadata(
-            "west",
-            pair.west.bootstrap_servers,
-            frozenset({pair.mm2.replica_topic(topic)}),
-            replica_of=replica_of,
-        )
-    ]
-    if origin:
-        clusters.append(ClusterMetadata("east", pair.east.bootstrap_servers, frozenset({topic})))
-    return [KafkaStream("orders", {c.cluster_id: c for c in clusters})]
 
 
 def _source(path: Path, **props: str) -> MultiClusterKafkaSource:
@@ -110,14 +61,6 @@ def _read_until(stream: Any, got: list[SourceRecord], done: Any, timeout: float)
         got.extend(stream.poll(timeout=0.2, max_records=100))
 
 
-def _values_on(cluster: Cluster, topic: str) -> set[bytes]:
-    """Every value now in ``topic``."""
-    out: set[bytes] = set()
-    for p, end in end_offsets(cluster, topic).items():
-        out |= {r.value or b"" for r in read_partition(cluster, topic, p, 0, end)}
-    return out
-
-
 def _copied(cluster: Cluster, topic: str) -> int:
     try:
         return sum(end_offsets(cluster, topic).values())
@@ -133,14 +76,14 @@ def _bound(status: dict[str, Any]) -> int | None:
 def test_planned_switchover_while_producers_write_loses_nothing(mm2_pair: MM2Pair, tmp_path: Path) -> None:
     east, mm2 = mm2_pair.east, mm2_pair.mm2
     topic = east.create_topic("orders", partitions=PARTITIONS)
-    writer = _Writer(east, topic).start()
-    path = write_metadata_file(tmp_path / "streams.yaml", _streams(mm2_pair, topic, origin=True))
+    writer = Writer(east, topic, partitions=PARTITIONS, keyed=True).start()
+    path = write_metadata_file(tmp_path / "streams.yaml", handover_streams(mm2_pair, topic, origin=True))
     got: list[SourceRecord] = []
     try:
         with _source(path).open(parallelism=2) as stream:
             _read_until(stream, got, lambda: len(got) >= 600, 60)
             assert {r.cluster_id for r in got} == {"east"}, "the copy is not read while the origin is"
-            write_metadata_file(path, _streams(mm2_pair, topic, origin=False))  # the switchover
+            write_metadata_file(path, handover_streams(mm2_pair, topic, origin=False))  # the switchover
             _read_until(stream, got, lambda: any(r.cluster_id == "west" for r in got), 60)
             writer.stop()
             mm2.wait_caught_up(topic)
@@ -171,8 +114,8 @@ def test_failover_after_kill_9_of_the_origin_delivers_every_copied_record(
 ) -> None:
     east, west, mm2 = mm2_dr_pair.east, mm2_dr_pair.west, mm2_dr_pair.mm2
     topic = east.create_topic("orders", partitions=PARTITIONS)
-    writer = _Writer(east, topic, flush_s=2.0).start()
-    path = write_metadata_file(tmp_path / "streams.yaml", _streams(mm2_dr_pair, topic, origin=True))
+    writer = Writer(east, topic, partitions=PARTITIONS, keyed=True, flush_s=2.0).start()
+    path = write_metadata_file(tmp_path / "streams.yaml", handover_streams(mm2_dr_pair, topic, origin=True))
     got: list[SourceRecord] = []
     try:
         with _source(path).open(parallelism=2) as stream:
@@ -182,9 +125,9 @@ def test_failover_after_kill_9_of_the_origin_delivers_every_copied_record(
             )  # MM2 at work
             east.stop_node(0, graceful=False)  # kill -9: the origin and whatever MM2 had not copied are gone
             writer.stop()
-            write_metadata_file(path, _streams(mm2_dr_pair, topic, origin=True, failover=True))
+            write_metadata_file(path, handover_streams(mm2_dr_pair, topic, origin=True, failover=True))
             time.sleep(2.0)  # MM2 has nothing more to copy
-            copied = _values_on(west, mm2.replica_topic(topic))
+            copied = values_on(west, mm2.replica_topic(topic))
             _read_until(stream, got, lambda: copied <= {r.value for r in got}, 90)
             got.extend(stream.poll(timeout=1.0))
             status = stream.status()
@@ -209,7 +152,7 @@ def test_failback_hands_over_to_the_copy_made_in_the_other_direction(
     back = MirrorMaker2(west, east).start()  # the reverse flow, as a failback sets it up
     try:
         topic = west.create_topic("orders", partitions=PARTITIONS)
-        writer = _Writer(west, topic).start()
+        writer = Writer(west, topic, partitions=PARTITIONS, keyed=True).start()
         copy = back.replica_topic(topic)
         replica = ClusterMetadata(
             "east", east.bootstrap_servers, frozenset({copy}), replica_of=ReplicaOf("west")
