@@ -28,23 +28,17 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from harness.cluster import Cluster, unique_name
 from harness.kafka import _JVM_FLAGS
+from harness.kafka import _LOG4J2 as _KAFKA_LOG4J2
 from harness.maven import ensure_mm2_libs
 from harness.pool import ClusterPool
 from harness.processes import end_process, java_binary, tail_file
 from multicluster_source.replicas._codec import Checkpoint, OffsetSync, decode_checkpoint, decode_offset_sync
 from multicluster_source.replicas._lookup import RecordCopy
 
-_LOG4J2 = """\
-status = warn
-shutdownHook = disable
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = OUT
-logger.config.name = org.apache.kafka.common.config.AbstractConfig
-logger.config.level = WARN
+# the brokers' logging, and quieter Connect and MM2 classes
+_LOG4J2 = (
+    _KAFKA_LOG4J2
+    + """\
 logger.clients.name = org.apache.kafka.clients
 logger.clients.level = WARN
 logger.reflections.name = org.reflections
@@ -54,6 +48,7 @@ logger.tasks.level = WARN
 logger.scheduler.name = org.apache.kafka.connect.mirror.Scheduler
 logger.scheduler.level = WARN
 """
+)
 
 
 class MirrorMaker2:
