@@ -11,10 +11,14 @@ Two kinds of figures, never mixed in one column:
   checkpoint thread. Caller pause = time the thread owning the stream is held; durable = until the file is
   fsynced and the commits started by it ended. Also: removing the metric label sets of N partitions
   (part of ``close()``).
-- **real Kafka** (one single-node Apache Kafka broker; sizes the box holds, 10k by default at most): a
-  source with 2 readers over 2 logical clusters, one record per partition, ``checkpoint()`` (durable and
-  committed: the caller waits, per the contract), the longest ``poll()`` while periodic checkpoints
-  (``checkpoint_interval=0.5``) are taken, and ``close()``. *before* runs the given git ref's
+- **real Kafka** (``--kafka-brokers`` single-node Apache Kafka clusters, one by default: a broker keeps
+  descriptors per partition and this machine caps a process at 20,000, so 36,000 splits and more need
+  several): a source with 2 readers over 2 logical clusters on one broker, or one logical cluster per
+  broker, one record per partition. Figures: all splits assigned and the first record of every split
+  (seconds from ``open()``); ``checkpoint()`` (durable and committed: the caller waits, per the contract);
+  while periodic checkpoints (``checkpoint_interval=0.5``) are taken in ``poll()``, the time each one holds
+  the caller's thread (``Checkpointer.take``, timed in the child; *after* only) and the time until it is
+  written and committed, and the longest ``poll()``; ``close()``. *before* runs the given git ref's
   ``multicluster_source`` in a child process on the same brokers and topics; *after* the working tree's.
 """
 
@@ -178,16 +182,17 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
         StaticMetadataService,
     )
 
-    total = sum(len(topics) * 100 for topics in spec["logical"].values())
+    total = sum(len(topics) * 100 for _bootstrap, topics in spec["logical"].values())
     streams = [
         KafkaStream(
             "sweep",
             {
-                cid: ClusterMetadata(cid, spec["bootstrap"], frozenset(topics))
-                for cid, topics in spec["logical"].items()
+                cid: ClusterMetadata(cid, bootstrap, frozenset(topics))
+                for cid, (bootstrap, topics) in spec["logical"].items()
             },
         )
     ]
+    held, written = _time_checkpoints()
     source = (
         MultiClusterKafkaSource.builder()
         .set_kafka_metadata_service(StaticMetadataService(streams))
@@ -207,10 +212,14 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
         seen: set[str] = set()
         polls: list[float] = []
         deadline = time.monotonic() + 300
+        assigned_at = None
         while len(seen) < total and time.monotonic() < deadline:
             t0 = time.perf_counter()
             seen.update(r.split_id for r in stream.poll(timeout=0.05))
             polls.append(time.perf_counter() - t0)
+            if assigned_at is None and sum(map(len, stream.assignments().values())) >= total:
+                assigned_at = time.perf_counter() - started
+        out["all_assigned_s"] = assigned_at
         out["all_first_records_s"] = time.perf_counter() - started if len(seen) >= total else None
         settle = time.monotonic() + 3.0  # periodic checkpoints with nothing moving
         while time.monotonic() < settle:
@@ -218,6 +227,10 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
             stream.poll(timeout=0.05)
             polls.append(time.perf_counter() - t0)
         out["poll_s"] = _stats(polls)
+        if held:
+            out["periodic_caller_held_s"] = _stats(held)
+            out["periodic_written_committed_s"] = _stats(written) if written else None
+            out["periodic_checkpoints"] = len(held)
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -233,6 +246,31 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
         out["warnings"] = warnings.seen[:5]
         out["warnings_total"] = len(warnings.seen)
     return out
+
+
+def _time_checkpoints() -> tuple[list[float], list[float]]:
+    """Time every periodic checkpoint of this process: how long ``Checkpointer.take`` holds the caller's
+    thread, and how long until its future ends (written and committed). Empty lists where the code measured
+    has no checkpoint thread (the *before* of 0.2)."""
+    held: list[float] = []
+    written: list[float] = []
+    try:
+        from multicluster_source.runtime._checkpointer import Checkpointer
+    except ImportError:
+        return held, written
+
+    def timed(self: Any, checkpoint_id: int, write: Any) -> None:  # take_in_background, timed
+        error, self._background_error = self._background_error, None
+        if error is not None:
+            raise error
+        t0 = time.perf_counter()
+        future = self.take(checkpoint_id, write)
+        held.append(time.perf_counter() - t0)
+        future.add_done_callback(self._note_failure)
+        future.add_done_callback(lambda _f: written.append(time.perf_counter() - t0))
+
+    setattr(Checkpointer, "take_in_background", timed)  # noqa: B010 (the measured child process only)
+    return held, written
 
 
 class _Warnings(logging.Handler):
@@ -315,59 +353,78 @@ def _warm_offsets_topic(cluster: Any, topic: str) -> None:
             time.sleep(1)
 
 
-def sweep_kafka(sizes: Sequence[int], baseline_ref: str | None, heap: str) -> list[dict[str, Any]]:
-    """Topics for the largest size on one broker; every size reads a prefix of them (2 logical clusters)."""
+def sweep_kafka(
+    sizes: Sequence[int], baseline_ref: str | None, heap: str, brokers: int = 1
+) -> list[dict[str, Any]]:
+    """Topics for the largest size on ``brokers`` single-node clusters; every size reads a prefix of them (2
+    logical clusters on one broker, else one logical cluster per broker)."""
     import importlib
-
-    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+    from concurrent.futures import ThreadPoolExecutor
 
     sys.path.insert(0, str(REPO / "tests"))
     harness = importlib.import_module("harness.kafka")
-    cluster = harness.KafkaCluster("sweep", heap=heap)
-    cluster.start()
+    clusters = [harness.KafkaCluster(f"sweep{i}", heap=heap) for i in range(brokers)]
     rows: list[dict[str, Any]] = []
     trees: list[Path] = []
     try:
-        per_logical = max(sizes) // 200
+        with ThreadPoolExecutor(brokers) as pool:
+            list(pool.map(lambda c: c.start(), clusters))
+        logical = 2 if brokers == 1 else brokers
+        per_logical = max(sizes) // (100 * logical)
         tag = uuid.uuid4().hex[:6]
-        names = {f"lc{i}": [f"sweep-lc{i}-t{j}-{tag}" for j in range(per_logical)] for i in range(2)}
-        every = [t for topics in names.values() for t in topics]
-        for start in range(0, len(every), 20):  # KRaft refuses one request of more than 10,000 records
-            chunk = [NewTopic(t, 100, 1) for t in every[start : start + 20]]
-            for future in cluster.admin().create_topics(chunk, operation_timeout=300).values():
-                future.result()
-        _wait_for_leaders(cluster, set(every), len(every) * 100)
-        _warm_offsets_topic(cluster, every[0])
-        producer = cluster.producer(**{"linger.ms": 20})
-        for topic in every:
-            for p in range(100):
-                producer.produce(topic, b"x", partition=p)
-            producer.poll(0)
-        if producer.flush(120):
-            raise TimeoutError("records not delivered within 120 s")
+        names = {f"lc{i}": [f"sweep-lc{i}-t{j}-{tag}" for j in range(per_logical)] for i in range(logical)}
+        home = {f"lc{i}": clusters[i % brokers] for i in range(logical)}
+        with ThreadPoolExecutor(brokers) as pool:
+            jobs = [(c, [t for lc, ts in names.items() if home[lc] is c for t in ts]) for c in clusters]
+            list(pool.map(lambda job: _fill(*job), jobs))
         baseline = _baseline_tree(baseline_ref) if baseline_ref else None
         trees.extend([baseline] if baseline is not None else [])
         for size in sizes:
-            k = size // 200
-            spec = {"bootstrap": cluster.bootstrap_servers, "logical": {c: t[:k] for c, t in names.items()}}
-            row: dict[str, Any] = {"splits": k * 200}
+            k = size // (100 * logical)
+            spec = {"logical": {c: [home[c].bootstrap_servers, t[:k]] for c, t in names.items()}}
+            row: dict[str, Any] = {"splits": k * 100 * logical, "brokers": brokers}
             if baseline is not None:
                 row["before"] = run_child(spec, baseline)
             row["after"] = run_child(spec, REPO)
             rows.append(row)
-            print(f"  kafka {k * 200} splits: {json.dumps(row)}", flush=True)
+            print(f"  kafka {k * 100 * logical} splits: {json.dumps(row)}", flush=True)
     finally:
-        cluster.stop()
+        for cluster in clusters:
+            cluster.stop()
         for tree in trees:
             shutil.rmtree(tree, ignore_errors=True)
     return rows
+
+
+def _fill(cluster: Any, topics: Sequence[str]) -> None:
+    """Create ``topics`` (100 partitions each) on ``cluster`` and write one record to every partition."""
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    for start in range(0, len(topics), 20):  # KRaft refuses one request of more than 10,000 records
+        chunk = [NewTopic(t, 100, 1) for t in topics[start : start + 20]]
+        for future in cluster.admin().create_topics(chunk, operation_timeout=300).values():
+            future.result()
+    _wait_for_leaders(cluster, set(topics), len(topics) * 100)
+    _warm_offsets_topic(cluster, topics[0])
+    producer = cluster.producer(**{"linger.ms": 20})
+    for topic in topics:
+        for p in range(100):
+            producer.produce(topic, b"x", partition=p)
+        producer.poll(0)
+    if producer.flush(120):
+        raise TimeoutError("records not delivered within 120 s")
 
 
 # --------------------------------------------------------------------------------------------- report
 
 
 def run_sweep(
-    in_process: Sequence[int], kafka: Sequence[int], changes: int, baseline_ref: str | None, heap: str
+    in_process: Sequence[int],
+    kafka: Sequence[int],
+    changes: int,
+    baseline_ref: str | None,
+    heap: str,
+    brokers: int = 1,
 ) -> dict[str, Any]:
     """Every figure of the sweep: in-process sizes first, then real Kafka sizes."""
     result: dict[str, Any] = {
@@ -382,7 +439,7 @@ def run_sweep(
         print(f"  in-process {n} splits: {json.dumps(row)}", flush=True)
         result["in_process"].append(row)
     if kafka:
-        result["kafka"] = sweep_kafka(kafka, baseline_ref, heap)
+        result["kafka"] = sweep_kafka(kafka, baseline_ref, heap, brokers)
     return result
 
 
@@ -412,14 +469,16 @@ def sweep_table(result: dict[str, Any]) -> str:
             + f"{a['file_bytes'] / 1e6:.1f}"
         )
     if result["kafka"]:
+        brokers = result["kafka"][0].get("brokers", 1)
         lines.append("")
         lines.append(
-            f"Real Kafka (one broker, 2 logical clusters, 2 readers; ms, before ({result['baseline_ref']}) "
-            "-> after):"
+            f"Real Kafka ({brokers} single-node cluster(s), 2 readers; ms, before ({result['baseline_ref']}) "
+            "-> after; caller held and written+committed: periodic checkpoints, after only):"
         )
         lines.append(
-            f"{'splits':>8}  {'checkpoint() p50':<22} {'longest poll(0.05) w/ periodic':<32} "
-            f"{'close()':<18} first record of every split"
+            f"{'splits':>8}  {'checkpoint() p50':<20} {'caller held p50/p99':<20} "
+            f"{'written+committed p50/max':<26} "
+            f"{'longest poll(0.05)':<20} {'close()':<18} {'all assigned':<18} first record of every split"
         )
         for row in result["kafka"]:
             b, a = row.get("before") or {}, row["after"]
@@ -435,8 +494,13 @@ def sweep_table(result: dict[str, Any]) -> str:
 
                 return f"{_ms(one(b)) if b else '-'} -> {_ms(one(a))}"
 
+            held = a.get("periodic_caller_held_s") or {}
+            done = a.get("periodic_written_committed_s") or {}
             lines.append(
-                f"{row['splits']:>8,}  {pair('checkpoint_s', 'median'):<22} {pair('poll_s', 'max'):<32} "
-                f"{pair('close_s'):<18} {pair('all_first_records_s')}"
+                f"{row['splits']:>8,}  {pair('checkpoint_s', 'median'):<20} "
+                f"{_ms(held.get('median'))}/{_ms(held.get('p99'))}".ljust(52)
+                + f"{_ms(done.get('median'))}/{_ms(done.get('max'))}".ljust(27)
+                + f"{pair('poll_s', 'max'):<20} {pair('close_s'):<18} {pair('all_assigned_s'):<18} "
+                f"{pair('all_first_records_s')}"
             )
     return "\n".join(lines)
