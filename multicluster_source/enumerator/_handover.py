@@ -32,6 +32,7 @@ from typing import Any
 from multicluster_source.enumerator._copies import failed_origins, replica_splits_of
 from multicluster_source.enumerator._replica_state import PendingHandover, ReplicaState
 from multicluster_source.enumerator._settings import EnumeratorSettings
+from multicluster_source.enumerator._split_table import SplitTable
 from multicluster_source.framework._interfaces import SplitEnumeratorContext
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata
@@ -60,7 +61,7 @@ class ReplicaHandovers:
         self,
         context: SplitEnumeratorContext,
         settings: EnumeratorSettings,
-        splits: Mapping[str, KafkaPartitionSplit],
+        splits: SplitTable,
         add: Callable[[list[KafkaPartitionSplit]], None],
         restored: ReplicaState | None = None,
     ) -> None:
@@ -72,6 +73,7 @@ class ReplicaHandovers:
         self.pending: dict[str, PendingHandover] = {p.to_split: p for p in state.pending}
         self.done: list[Translation] = list(state.done)
         self._in_flight: set[str] = set()
+        self._watched = False  # the runtime was last told to watch some splits
         self._translators: dict[str, _Made] = {}
         self._known: dict[str, ClusterMetadata] = {}  # last declared metadata of every cluster seen
         self._declared: dict[str, ClusterMetadata] = {}
@@ -155,12 +157,16 @@ class ReplicaHandovers:
         watch = getattr(self._ctx, "watch_positions", None)
         if watch is None:
             return
+        # Only splits of clusters some replica names as its origin can be copied: look at those alone.
+        origins = sorted({c.replica_of.cluster for c in self._declared.values() if c.replica_of is not None})
         ids = [
-            sid
-            for sid, split in self._splits.items()
+            split.split_id
+            for split in self._splits.of_clusters(origins)
             if replica_splits_of(split.cluster_id, split.topic, split.partition, self._declared)
         ]
-        watch(ids)
+        if ids or self._watched:
+            watch(ids)
+        self._watched = bool(ids)
 
     # ------------------------------------------------------------------------------------------ decide
 

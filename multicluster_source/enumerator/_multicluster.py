@@ -27,6 +27,7 @@ from multicluster_source.enumerator._kafka import ClusterEnumeratorConfig
 from multicluster_source.enumerator._readers import ReaderHandout
 from multicluster_source.enumerator._replica_state import ReplicaState
 from multicluster_source.enumerator._settings import EnumeratorSettings
+from multicluster_source.enumerator._split_table import SplitTable
 from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
 from multicluster_source.exceptions import MetadataError
 from multicluster_source.framework._clientconf import merge_stream_clusters
@@ -57,7 +58,7 @@ class MultiClusterEnumerator:
         self._metrics = settings.metrics
         self._metadata: dict[str, ClusterMetadata] = {}
         self._version = 0
-        self._splits: dict[str, KafkaPartitionSplit] = {}
+        self._splits = SplitTable()
         self._assigner = SplitAssigner(
             context.parallelism,
             settings.mode,
@@ -75,7 +76,7 @@ class MultiClusterEnumerator:
         self.last_reconciliation: dict[str, Any] | None = None
         self.missing_streams: list[str] = []  # subscribed ids the metadata lacks (last read)
         if restored is not None:
-            self._splits = {s.split_id: s for s in restored.splits}
+            self._splits = SplitTable(restored.splits)
             self._finished = set(restored.finished) & set(self._splits)
             self._removed = {r.split.split_id: r for r in restored.removed}
             self._seen = dict(restored.seen_topics)
@@ -188,8 +189,12 @@ class MultiClusterEnumerator:
         for cid in change.removed:
             self._clusters.close([cid])
             self._discovery_pending.discard(cid)
-        self._handovers.prepare([s for s in self._splits.values() if not covered(s, new)], new)
-        retired = self._retire_uncovered(now_ms)
+        # Only the splits of clusters that changed can leave (the first time, restored splits of any cluster).
+        touched = [*change.removed, *change.topics_changed, *change.reconnected, *change.added]
+        scope = self._splits.values() if initial else self._splits.of_clusters(touched)
+        leaving = [s for s in scope if not covered(s, new)]
+        self._handovers.prepare(leaving, new)
+        retired = self._retire(leaving, now_ms)
         for cid in change.removed:
             self._metrics.remove_cluster(cid)
         for cid in change.topics_changed:
@@ -222,19 +227,19 @@ class MultiClusterEnumerator:
             self._readers.assign([s for sid, s in sorted(self._splits.items()) if sid not in self._owner])
         elif retired:
             self._readers.place_standbys()
-        self._update_split_gauges()
+        self._update_split_gauges(None if initial else touched)
 
     def _start_cluster(self, cluster: ClusterMetadata, config: ClusterEnumeratorConfig) -> None:
         cid = cluster.cluster_id
-        known = {s.topic_partition for s in self._splits.values() if s.cluster_id == cid}
+        known = {s.topic_partition for s in self._splits.of_clusters([cid])}
         seen = set(self._seen.get(cid, frozenset())) & set(cluster.topics)
         seen |= {tp[0] for tp in known}
         self._discovery_pending.add(cid)  # before start(): discovery may finish within it
         self._clusters.start(cluster, config, known=known, seen_topics=seen)
 
-    def _retire_uncovered(self, now_ms: int) -> list[str]:
+    def _retire(self, leaving: Sequence[KafkaPartitionSplit], now_ms: int) -> list[str]:
         """Move active splits whose cluster or topic left the metadata to the removed set."""
-        gone = [sid for sid, split in self._splits.items() if not covered(split, self._metadata)]
+        gone = [s.split_id for s in leaving]
         for sid in gone:
             split = self._splits.pop(sid)
             self._assigner.release([sid])
@@ -275,9 +280,9 @@ class MultiClusterEnumerator:
         seen |= {s.topic for s in splits}
         self._seen[cluster_id] = frozenset(seen)
         for split in fresh:
-            self._splits[split.split_id] = split
+            self._splits.put(split)
         self._readers.assign(fresh)
-        self._update_split_gauges()
+        self._update_split_gauges([cluster_id])
         self._handovers.watch()
 
     def _handed_over(self, splits: list[KafkaPartitionSplit]) -> None:
@@ -285,9 +290,9 @@ class MultiClusterEnumerator:
         fresh = [s for s in splits if covered(s, self._metadata) and s.split_id not in self._splits]
         for split in fresh:
             self._removed.pop(split.split_id, None)
-            self._splits[split.split_id] = split
+            self._splits.put(split)
         self._readers.assign(fresh)
-        self._update_split_gauges()
+        self._update_split_gauges(sorted({s.cluster_id for s in fresh}))
 
     def _on_discovery_done(self, cluster_id: str) -> None:
         self._discovery_pending.discard(cluster_id)
@@ -311,20 +316,15 @@ class MultiClusterEnumerator:
         return self._all_finished
 
     def _check_finished(self) -> None:
-        if (
-            self.bounded
-            and self._readers.no_more_splits
-            and all(sid in self._finished for sid in self._splits)
-        ):
+        if self.bounded and self._readers.no_more_splits and self._finished.issuperset(self._splits.keys()):
             self._all_finished = True
 
-    def _update_split_gauges(self) -> None:
-        counts: dict[str, int] = dict.fromkeys(self._metadata, 0)
-        for sid, split in self._splits.items():
-            if sid not in self._finished and split.cluster_id in counts:
-                counts[split.cluster_id] += 1
-        for cid, count in counts.items():
-            self._metrics.set_assigned_splits(cid, count)
+    def _update_split_gauges(self, clusters: Sequence[str] | None = None) -> None:
+        """Set the assigned-splits gauge of ``clusters`` still in the metadata (None: of every cluster)."""
+        for cid in self._metadata if clusters is None else clusters:
+            if cid in self._metadata:
+                ids = self._splits.ids_of(cid)
+                self._metrics.set_assigned_splits(cid, len(ids) - len(self._finished.intersection(ids)))
 
     # ------------------------------------------------------------------------------------------ readers
 
@@ -337,8 +337,9 @@ class MultiClusterEnumerator:
         if isinstance(event, GetMetadataUpdateEvent):
             self.add_reader(reader)
         elif isinstance(event, SplitsFinishedEvent):
-            self._finished.update(sid for sid in event.split_ids if sid in self._splits)
-            self._update_split_gauges()
+            done = [self._splits[sid] for sid in event.split_ids if sid in self._splits]
+            self._finished.update(s.split_id for s in done)
+            self._update_split_gauges(sorted({s.cluster_id for s in done}))
             self._check_finished()
         else:
             _log.warning("source=%s: unknown event from reader %d: %r", self._s.source_name, reader, event)

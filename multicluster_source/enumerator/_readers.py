@@ -14,6 +14,7 @@ from typing import Any
 
 from multicluster_source.enumerator._assignment import SplitAssigner
 from multicluster_source.enumerator._settings import EnumeratorSettings
+from multicluster_source.enumerator._split_table import SplitTable
 from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.framework._events import MetadataUpdateEvent, SourceEvent, StandbySplitsEvent
 from multicluster_source.framework._interfaces import SplitEnumeratorContext
@@ -30,7 +31,7 @@ class ReaderHandout:
         context: SplitEnumeratorContext,
         settings: EnumeratorSettings,
         assigner: SplitAssigner,
-        splits: dict[str, KafkaPartitionSplit],
+        splits: SplitTable,
         finished: set[str],
     ) -> None:
         self._ctx = context
@@ -125,7 +126,7 @@ class ReaderHandout:
         load = self._assigner.loads(self._finished)
         for sid in moving:
             split = self._splits[sid].starting_at(positions.get(sid, self._splits[sid].starting_offset))
-            self._splits[sid] = split
+            self._splits.put(split)
             target = self._assigner.standby_target(sid)
             if target is None:
                 target = min(sorted(self._assigner.alive), key=lambda r: (load[r], r))

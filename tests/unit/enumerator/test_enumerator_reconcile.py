@@ -432,3 +432,55 @@ def test_the_readers_isolation_level_decides_which_end_latest_means(
     config = enumerator._clusters.config(cluster("east", "orders", **props))
     assert config.read_committed is read_committed
     assert "isolation.level" not in config.client_properties  # a consumer property: not the admin client's
+
+
+def test_a_change_touching_one_cluster_walks_only_that_clusters_splits(monkeypatch: Any) -> None:
+    """Among many clusters, a change to one costs what that cluster holds: the split table is never walked
+    whole (a walk raises here); splits and gauges of the clusters that did not change stay as they were."""
+    service = InMemoryMetadataService(
+        [KafkaStream("s", {"east": cluster("east", "orders", "audit"), "west": cluster("west", "orders")})]
+    )
+    enumerator, _ctx, registry = make(service)
+    enumerator.start()
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+
+    def walk(*_args: Any) -> Any:
+        raise AssertionError("the whole split table was walked")
+
+    table = enumerator._splits
+    for name in ("values", "items", "keys"):
+        monkeypatch.setattr(table, name, walk)
+
+    def gauge(cid: str) -> float | None:
+        return registry.get_sample_value("multicluster_source_assigned_splits", {"cluster": cid})
+
+    west_before = gauge("west")
+    # east loses a topic, central is added; west is untouched.
+    service.set_streams(
+        [
+            KafkaStream(
+                "s",
+                {
+                    "east": cluster("east", "orders"),
+                    "west": cluster("west", "orders"),
+                    "central": cluster("central", "orders"),
+                },
+            )
+        ]
+    )
+    ids = sorted(table._splits)
+    assert ids == [
+        "central/orders/0",
+        "east/orders/0",
+        "east/orders/1",
+        "west/orders/0",
+        "west/orders/1",
+        "west/orders/2",
+    ]
+    assert (gauge("east"), gauge("west"), gauge("central")) == (2.0, west_before, 1.0)
+    assert west_before == 3.0
+    service.set_streams(
+        [KafkaStream("s", {"east": cluster("east", "orders"), "west": cluster("west", "orders")})]
+    )
+    assert sorted(table.cluster_ids()) == ["east", "west"]
