@@ -1,8 +1,8 @@
-"""Per-batch work of a fetcher (on its fetch thread, or on the taking thread when it fetches inline): what a
-batch counts per topic, the cut at a bounded split's end, whether a batch is of one split, its error events,
-the positions it reaches, and lag reports. Each runs only where it must (a fetcher of several
+"""Per-batch work of a fetcher (on its fetch thread, or on the taking thread when it fetches inline): each
+split's progress, what a batch counts per topic, the cut at a bounded split's end, whether a batch is of one
+split, its error events and the positions it reaches. Each runs only where it must (a fetcher of several
 topics; a split whose position crossed its stopping offset; a watermark strategy), so the usual batch is
-handled without a loop over its messages in Python."""
+handled without a loop over its messages in Python. Lag reports: :mod:`multicluster_source.reader._lag`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,21 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from multicluster_source.framework._split import KafkaPartitionSplit
+
 _log = logging.getLogger("multicluster_source.reader")
+
+
+class SplitProgress:
+    """Mutable progress of one split (kept apart from the frozen split value)."""
+
+    __slots__ = ("key", "next_offset", "split", "split_id")
+
+    def __init__(self, split: KafkaPartitionSplit) -> None:
+        self.split = split
+        self.split_id = split.split_id
+        self.key = split.topic_partition
+        self.next_offset = split.starting_offset
 
 
 def counts_per_topic(topics: Sequence[str], messages: list[Any]) -> dict[str, tuple[int, int]]:
@@ -113,16 +127,3 @@ def advance_positions(
         positions[p.split_id] = offset
         moved.append(p)
     return messages
-
-
-def report_lag(cluster_id: str, consumer: Any, progress: Mapping[tuple[str, int], Any], metrics: Any) -> None:
-    """Current offset and lag of every split, from the client's cached high watermarks."""
-    from confluent_kafka import TopicPartition
-
-    for (topic, partition), p in progress.items():
-        try:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        except Exception:
-            continue
-        lag = max(0, high - p.next_offset) if high is not None and high >= 0 else None
-        metrics.set_offsets(cluster_id, topic, partition, current=p.next_offset, lag=lag)

@@ -36,12 +36,13 @@ from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import kafka_event_times
 from multicluster_source.reader._batches import (
+    SplitProgress,
     advance_positions,
     counts_per_topic,
     only_split,
-    report_lag,
     sort_errors,
 )
+from multicluster_source.reader._lag import LagReports
 from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
@@ -51,17 +52,6 @@ _log = logging.getLogger("multicluster_source.reader")
 
 _INLINE_HOLD_S = 0.05
 """How long after a taker's last inline step the fetch thread leaves fetching to the taker."""
-
-
-class _Progress:
-    """Mutable progress of one split (kept apart from the frozen split value)."""
-
-    __slots__ = ("next_offset", "split", "split_id")
-
-    def __init__(self, split: KafkaPartitionSplit) -> None:
-        self.split = split
-        self.split_id = split.split_id
-        self.next_offset = split.starting_offset
 
 
 class ClusterFetcher:
@@ -88,9 +78,10 @@ class ClusterFetcher:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._outstanding: set[str] = set()
-        self._progress: dict[tuple[str, int], _Progress] = {}
+        self._progress: dict[tuple[str, int], SplitProgress] = {}
         self._split_hint: tuple[str | None, bool] = (None, False)  # kafka_event_times(topic=, ends_only=)
         self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms, settings.aligned)
+        self._lag = LagReports(cluster_id, settings.metrics)  # what moved since the last lag report
         self._tps: list[Any] = []
         self._topics: list[str] = []
         self._known_partitions: dict[str, frozenset[int]] = {}
@@ -229,7 +220,7 @@ class ClusterFetcher:
             if now - last_lag >= self._s.lag_interval_s:
                 last_lag = now
                 with self._step:
-                    report_lag(self.cluster_id, consumer, self._progress, self._s.metrics)
+                    self._lag.report(consumer, self._progress)
 
     def _inline(self, emit_now: Callable[[RecordBatch], bool]) -> bool:
         """One fetch step on the taking thread, which found nothing handed on (see the module doc): what is
@@ -289,8 +280,9 @@ class ClusterFetcher:
                 done = [s.split_id for s in fresh if s.is_finished_at(s.starting_offset)]
                 live = [s for s in fresh if not s.is_finished_at(s.starting_offset)]
                 for split in live:
-                    self._progress[split.topic_partition] = _Progress(split)
+                    self._progress[split.topic_partition] = SplitProgress(split)
                 if live:
+                    self._lag.moved(s.topic_partition for s in live)  # their gauges at the next report
                     self._progress_changed()
                     known = self._known_partitions  # see learn_topics: metadata before the assignment
                     learn = {s.topic for s in live if s.partition not in known.get(s.topic, ())}
@@ -330,6 +322,7 @@ class ClusterFetcher:
         progress = self._progress
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
+        self._lag.assigned(self._tps, progress)
         topic = self._topics[0] if len(self._topics) == 1 else None
         self._split_hint = (topic, self._s.event_times == "ends")
 
@@ -345,7 +338,7 @@ class ClusterFetcher:
             messages = [m for m in messages if m.error() is None]
             sort_errors(self.cluster_id, errors, self._progress, finished, resets)
         positions: dict[str, int] = {}
-        moved: list[_Progress] = []
+        moved: list[SplitProgress] = []
         if messages:
             messages = advance_positions(
                 consumer, self._tps, self._progress, messages, positions, moved, finished
@@ -361,6 +354,7 @@ class ClusterFetcher:
                 return  # stopping: positions stay where the last handed-on batch left them
             for prog in moved:
                 prog.next_offset = positions[prog.split_id]
+            self._lag.moved(prog.key for prog in moved)
             if messages:
                 self._count(messages)
         if resets:
@@ -372,6 +366,7 @@ class ClusterFetcher:
                 resets,
                 self._s.metrics.offset_reset,
             )
+            self._lag.moved(resets)
             if outcome.positions:
                 emit(RecordBatch(self.cluster_id, [], outcome.positions), self._stopping.is_set)
             finished.extend(outcome.finished)

@@ -2,6 +2,11 @@
 
 All methods run on the reader's thread (see :mod:`multicluster_source.framework._interfaces`). Fetchers report
 finished splits from their threads through a queue that :meth:`poll_events` drains.
+
+A fetcher (its consumer and fetch thread) lives while its cluster has splits in this reader: one that has held
+none for :data:`_AHEAD_S` (its topics removed while the cluster stays, its bounded splits finished, its
+splits moved to other readers) is closed, unless the reader stands by for that cluster (its client is the one
+ready to take over). Splits of that cluster that come later get a new fetcher.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ _log = logging.getLogger("multicluster_source.reader")
 DEFAULT_FETCH_WAIT_MAX_MS = 100
 """The source's default for librdkafka's ``fetch.wait.max.ms`` (a client or cluster property overrides it)."""
 _AHEAD_S = 30.0
-"""How long a client opened for a cluster new in the metadata waits for this reader's first split of it."""
+"""How long a client opened for a cluster new in the metadata waits for this reader's first split of it, and
+how long a fetcher keeps its client after its last split went."""
+_IDLE_CHECK_S = 1.0
+"""How often (at most) :meth:`MultiClusterReader.poll_events` looks for fetchers left without splits."""
 
 
 class FetchBrokerStats:
@@ -79,6 +87,8 @@ class MultiClusterReader:
         self._standby: dict[str, KafkaPartitionSplit] = {}
         self._warm: dict[str, WarmConsumer] = {}
         self._ahead: dict[str, float] = {}  # cluster id -> monotonic time its client opened ahead is closed
+        self._idle: dict[str, float] = {}  # cluster id -> monotonic time its fetcher was seen without splits
+        self._idle_check = 0.0  # monotonic time of the next look for fetchers without splits
         self._stats: dict[str, FetchBrokerStats] = {}
         self._held: SplitsPausedEvent | None = None  # watermark alignment: splits to pause, limit
 
@@ -123,6 +133,8 @@ class MultiClusterReader:
             self._fetcher(cid).add_splits(splits)
 
     def _fetcher(self, cluster_id: str) -> ClusterFetcher:
+        """The fetcher of ``cluster_id`` (made when there is none), about to be handed splits."""
+        self._idle.pop(cluster_id, None)
         fetcher = self._fetchers.get(cluster_id)
         if fetcher is None:
             assert self._metadata is not None
@@ -267,7 +279,7 @@ class MultiClusterReader:
         self._no_more_splits = True
 
     def poll_events(self) -> None:
-        """Report splits that fetchers finished."""
+        """Report splits that fetchers finished; close clients that no split came for or that hold none."""
         finished: set[str] = set()
         while True:
             try:
@@ -276,8 +288,43 @@ class MultiClusterReader:
                 break
         if finished:
             self._ctx.send_event_to_enumerator(SplitsFinishedEvent(frozenset(finished)))
-        if self._ahead and min(self._ahead.values()) <= time.monotonic():
+        now = time.monotonic()
+        if self._ahead and min(self._ahead.values()) <= now:
             self._sync_warm()  # a client opened ahead of splits that did not come is closed
+        if now >= self._idle_check:
+            self._idle_check = now + min(_IDLE_CHECK_S, _AHEAD_S / 4)
+            self._close_idle(now)
+
+    def _close_idle(self, now: float) -> None:
+        """Stop the fetchers that have held no split for ``_AHEAD_S`` (none handed to them that is neither
+        finished nor removed, none pending here), but those of clusters this reader stands by for.
+
+        Their clusters' metrics stay: the clusters are still in the metadata (other readers may read them,
+        and their counters keep counting when splits come back)."""
+        keep = {s.cluster_id for s in self._standby.values()} | {s.cluster_id for s in self._pending}
+        idle = self._idle
+        self._idle = {
+            cid: idle.get(cid, now)
+            for cid, fetcher in self._fetchers.items()
+            if cid not in keep and fetcher.outstanding() == 0
+        }
+        done = sorted(cid for cid, since in self._idle.items() if now - since >= _AHEAD_S)
+        for cid in done:
+            self._fetchers[cid].begin_stop()  # side by side
+        for cid in done:
+            left = self._fetchers[cid].stop()  # stays visible in assignments() until it has really stopped
+            del self._fetchers[cid], self._idle[cid]
+            self._stats.pop(cid, None)
+            self._ahead.pop(cid, None)
+            self._pending.extend(left)  # none: it held no split (routed again all the same)
+            _log.info(
+                "reader=%d cluster=%s: no split for %.0f s; its fetcher and client are closed",
+                self.index,
+                cid,
+                _AHEAD_S,
+            )
+        if done:
+            self._route()
 
     def is_finished(self) -> bool:
         """No more splits will come and none is left to read."""

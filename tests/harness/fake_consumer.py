@@ -23,6 +23,10 @@ class FakeConsumer:
         self.gate = gate
         self.calls: list[tuple[str, Any]] = []
         self.lock = threading.Lock()
+        self.highs: dict[tuple[str, int], int] = {}
+        """High watermark per (topic, partition) (0 when not given; -1001 stands for not known yet)."""
+        self.cached_lookups = 0
+        """Watermark lookups in the client's cache (lag reports), not kept in ``calls``."""
 
     def _record(self, call: str, arg: Any) -> None:
         with self.lock:
@@ -54,7 +58,10 @@ class FakeConsumer:
     def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
         if not cached:  # a request to the partition's leader (lag reports read the client's cache)
             self._record("offsets", (tp.topic, tp.partition))
-        return (0, 0)
+            return (0, 0)
+        with self.lock:
+            self.cached_lookups += 1
+        return (0, self.highs.get((tp.topic, tp.partition), 0))
 
     def incremental_assign(self, tps: list[Any]) -> None:
         self._record("assign", sorted((tp.topic, tp.partition) for tp in tps))
