@@ -42,6 +42,12 @@ class MetadataChange:
         )
         return cls(sorted(old.keys() - new.keys()), sorted(new.keys() - old.keys()), reconnect, retopic)
 
+    def __str__(self) -> str:
+        return (
+            f"added={self.added} removed={self.removed} reconnected={self.reconnected} "
+            f"topics_changed={self.topics_changed}"
+        )
+
     def record(self, version: int, at_ms: int, splits_retired: int) -> dict[str, Any]:
         """The JSON-ready record of this change (``last_reconciliation`` in the status)."""
         return {

@@ -64,11 +64,13 @@ class ReplicaHandovers:
         splits: SplitTable,
         add: Callable[[list[KafkaPartitionSplit]], None],
         restored: ReplicaState | None = None,
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._ctx = context
         self._s = settings
         self._splits = splits  # the enumerator's split table (read only here)
         self._add = add
+        self._changed = changed  # called before pending, done or auto_failed change
         state = restored or ReplicaState()
         self.pending: dict[str, PendingHandover] = {p.to_split: p for p in state.pending}
         self.done: list[Translation] = list(state.done)
@@ -188,6 +190,7 @@ class ReplicaHandovers:
                 wanted[split.split_id] = copies
         if not wanted:
             return
+        self._changed()
         fence = getattr(self._ctx, "fence_positions", None)
         if fence is not None:
             known: dict[str, tuple[int, int | None]] = fence(sorted(wanted))
@@ -266,6 +269,7 @@ class ReplicaHandovers:
         self, batch: list[tuple[KafkaPartitionSplit, PendingHandover]], result: list[Translation]
     ) -> None:
         ready: list[KafkaPartitionSplit] = []
+        self._changed()
         for (split, handover), translation in zip(batch, result, strict=True):
             sid = split.split_id
             self._in_flight.discard(sid)
@@ -337,17 +341,23 @@ class ReplicaHandovers:
                     int((now - since) * 1000),
                     errors[origin],
                 )
+                self._changed()
                 self.auto_failed.add(origin)
                 newly = True
         return newly
 
     # ------------------------------------------------------------------------------------------- state
 
-    def state(self) -> ReplicaState:
-        """What a checkpoint keeps (pending handovers, translations done, origins failed automatically)."""
-        times = getattr(self._ctx, "watched_times", None)
-        last = times() if times is not None else {}
+    def state(self, *, with_times: bool = True) -> ReplicaState:
+        """What a checkpoint keeps (pending handovers, translations done, origins failed automatically, and
+        unless ``with_times`` is False the timestamps of the last records delivered of watched splits)."""
+        last = self.watched_times() if with_times else {}
         return ReplicaState(tuple(self.pending.values()), tuple(self.done), frozenset(self.auto_failed), last)
+
+    def watched_times(self) -> Mapping[str, int]:
+        """The timestamps of the last records delivered of the splits a replica copies (any thread)."""
+        times = getattr(self._ctx, "watched_times", None)
+        return times() if times is not None else {}
 
     def status(self) -> list[dict[str, Any]]:
         """``status()["handovers"]``: one entry per translated split."""

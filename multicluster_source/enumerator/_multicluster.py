@@ -20,15 +20,17 @@ from typing import Any
 from multicluster_source.enumerator._assignment import SplitAssigner
 from multicluster_source.enumerator._clusters import ClusterEnumerators, MetadataChange
 from multicluster_source.enumerator._commit import CommitLedger, Offsets
-from multicluster_source.enumerator._copies import blocked_topics, covered, effective_metadata
+from multicluster_source.enumerator._copies import covered, effective_metadata
 from multicluster_source.enumerator._follow import MetadataFollower
 from multicluster_source.enumerator._handover import ReplicaHandovers
 from multicluster_source.enumerator._kafka import ClusterEnumeratorConfig
+from multicluster_source.enumerator._published import StatePublisher
 from multicluster_source.enumerator._readers import ReaderHandout
 from multicluster_source.enumerator._replica_state import ReplicaState
 from multicluster_source.enumerator._settings import EnumeratorSettings
 from multicluster_source.enumerator._split_table import SplitTable
 from multicluster_source.enumerator._state import EnumeratorState, RemovedSplit
+from multicluster_source.enumerator._view import enumerator_status
 from multicluster_source.exceptions import MetadataError
 from multicluster_source.framework._clientconf import merge_stream_clusters
 from multicluster_source.framework._events import (
@@ -91,7 +93,15 @@ class MultiClusterEnumerator:
         )
         self._readers = ReaderHandout(context, settings, self._assigner, self._splits, self._finished)
         replicas = ReplicaState.from_dict(restored.replicas if restored is not None else None)
-        self._handovers = ReplicaHandovers(context, settings, self._splits, self._handed_over, replicas)
+        self._published = StatePublisher(
+            self._splits,
+            self._bare_state,
+            lambda: self._handovers.state(with_times=False),
+            lambda: self._handovers.watched_times(),
+        )
+        self._handovers = ReplicaHandovers(
+            context, settings, self._splits, self._handed_over, replicas, self._published.changed
+        )
         self._declared: dict[str, ClusterMetadata] = {}  # as the metadata says (_metadata: what is read)
         self._last_read: list[ClusterMetadata] = []
         self._follower = MetadataFollower(context, settings, self._read_and_apply, self._expire_removed)
@@ -178,6 +188,7 @@ class MultiClusterEnumerator:
         old = self._metadata
         if not initial and new == old and declared == self._declared:
             return
+        self._published.changed()
         self._declared, self._last_read = declared, cluster_list
         self._handovers.declare(declared)
         change = MetadataChange.between(old, new)
@@ -212,22 +223,14 @@ class MultiClusterEnumerator:
         self._metrics.reconciliation()
         self.last_reconciliation = change.record(self._version, now_ms, len(retired))
         if not initial or old:
-            _log.info(
-                "source=%s: metadata v%d: added=%s removed=%s reconnected=%s topics_changed=%s",
-                self._s.source_name,
-                self._version,
-                change.added,
-                change.removed,
-                change.reconnected,
-                change.topics_changed,
-            )
+            _log.info("source=%s: metadata v%d: %s", self._s.source_name, self._version, change)
         self._readers.broadcast(MetadataUpdateEvent(new, version=self._version))
         if initial:
             # Restored splits of clusters that are still there go back to readers.
             self._readers.assign([s for sid, s in sorted(self._splits.items()) if sid not in self._owner])
         elif retired:
             self._readers.place_standbys()
-        self._update_split_gauges(None if initial else touched)
+        self._settled(None if initial else touched)
 
     def _start_cluster(self, cluster: ClusterMetadata, config: ClusterEnumeratorConfig) -> None:
         cid = cluster.cluster_id
@@ -256,14 +259,18 @@ class MultiClusterEnumerator:
         now_ms = int(self._s.clock() * 1000)
         limit = self._s.removed_retention_ms
         expired = [sid for sid, r in self._removed.items() if now_ms - r.removed_at_ms > limit]
+        if expired:
+            self._published.changed()
         for sid in expired:
             del self._removed[sid]
         if expired:
             self._ctx.forget_positions(expired)
+            self._settled([])
 
     # ------------------------------------------------------------------------------------------- splits
 
     def _on_splits(self, cluster_id: str, splits: Sequence[KafkaPartitionSplit], initial: bool) -> None:
+        self._published.changed()  # seen topics, retained splits
         now_ms = int(self._s.clock() * 1000)
         fresh: list[KafkaPartitionSplit] = []
         for split in self._handovers.admit([s for s in splits if s.split_id not in self._splits]):
@@ -282,7 +289,7 @@ class MultiClusterEnumerator:
         for split in fresh:
             self._splits.put(split)
         self._readers.assign(fresh)
-        self._update_split_gauges([cluster_id])
+        self._settled([cluster_id])
         self._handovers.watch()
 
     def _handed_over(self, splits: list[KafkaPartitionSplit]) -> None:
@@ -292,7 +299,7 @@ class MultiClusterEnumerator:
             self._removed.pop(split.split_id, None)
             self._splits.put(split)
         self._readers.assign(fresh)
-        self._update_split_gauges(sorted({s.cluster_id for s in fresh}))
+        self._settled(sorted({s.cluster_id for s in fresh}))
 
     def _on_discovery_done(self, cluster_id: str) -> None:
         self._discovery_pending.discard(cluster_id)
@@ -309,7 +316,7 @@ class MultiClusterEnumerator:
         """Move a failed reader's splits to their standbys (or other live readers), resuming each at the
         position the caller reached; place new standbys."""
         if self._readers.reader_failed(reader):
-            self._update_split_gauges()
+            self._settled()
 
     def is_finished(self) -> bool:
         """Bounded: every split is known and reached its stopping offset."""
@@ -319,12 +326,14 @@ class MultiClusterEnumerator:
         if self.bounded and self._readers.no_more_splits and self._finished.issuperset(self._splits.keys()):
             self._all_finished = True
 
-    def _update_split_gauges(self, clusters: Sequence[str] | None = None) -> None:
-        """Set the assigned-splits gauge of ``clusters`` still in the metadata (None: of every cluster)."""
+    def _settled(self, clusters: Sequence[str] | None = None) -> None:
+        """After a change: set the assigned-splits gauge of ``clusters`` still in the metadata (None: of every
+        cluster) and publish the state for checkpoints."""
         for cid in self._metadata if clusters is None else clusters:
             if cid in self._metadata:
                 ids = self._splits.ids_of(cid)
                 self._metrics.set_assigned_splits(cid, len(ids) - len(self._finished.intersection(ids)))
+        self._published.publish()
 
     # ------------------------------------------------------------------------------------------ readers
 
@@ -338,8 +347,9 @@ class MultiClusterEnumerator:
             self.add_reader(reader)
         elif isinstance(event, SplitsFinishedEvent):
             done = [self._splits[sid] for sid in event.split_ids if sid in self._splits]
+            self._published.changed()
             self._finished.update(s.split_id for s in done)
-            self._update_split_gauges(sorted({s.cluster_id for s in done}))
+            self._settled(sorted({s.cluster_id for s in done}))
             self._check_finished()
         else:
             _log.warning("source=%s: unknown event from reader %d: %r", self._s.source_name, reader, event)
@@ -348,14 +358,24 @@ class MultiClusterEnumerator:
 
     def capture_state(self) -> EnumeratorState:
         """The enumerator's state for a checkpoint as a frozen value, to serialize off this thread: copies of
-        references only (splits are frozen), about a millisecond at 100,000 splits."""
+        references only (splits are frozen), about a millisecond at 100,000 splits (coordinator thread)."""
+        self._published.publish()
+        state = self._published.current()
+        assert state is not None  # published on this thread just now
+        return state
+
+    def published_state(self) -> EnumeratorState | None:
+        """:meth:`capture_state` as of the last change, when nothing changed since (any thread: see
+        :mod:`._published`); None when the coordinator thread must be asked."""
+        return self._published.current()
+
+    def _bare_state(self) -> EnumeratorState:
         return EnumeratorState(
             splits=tuple(self._splits.values()),
             finished=frozenset(self._finished),
             removed=tuple(self._removed.values()),
             seen_topics=dict(self._seen),
             metadata_version=self._version,
-            replicas=self._handovers.state().to_dict() if self._handovers.state() else None,
         )
 
     def snapshot_state(self, checkpoint_id: int) -> dict[str, Any]:
@@ -383,27 +403,4 @@ class MultiClusterEnumerator:
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready view for the admin server and tests (coordinator thread)."""
-        enumerators = self._clusters.enumerators()
-        return {
-            "metadata_version": self._version,
-            "clusters": {
-                cid: {
-                    "bootstrap_servers": md.bootstrap_servers,
-                    "topics": sorted(md.topics),
-                    "error": enumerators[cid].current_error() if cid in enumerators else None,
-                }
-                for cid, md in sorted(self._metadata.items())
-            },
-            "splits": {sid: self._owner.get(sid) for sid in sorted(self._splits)},
-            "placement": self._assigner.status(),
-            "live_readers": sorted(self._assigner.alive),
-            "failovers": list(self.failovers),
-            "finished": sorted(self._finished),
-            "retained": sorted(self._removed),
-            "metadata_failures_in_a_row": self._follower.failures,
-            "missing_streams": list(self.missing_streams),
-            "last_reconciliation": self.last_reconciliation,
-            "handovers": self._handovers.status(),
-            "handovers_pending": sorted(self._handovers.pending),
-            "replica_topics_held": blocked_topics(self._declared, self._metadata),
-        }
+        return enumerator_status(self)

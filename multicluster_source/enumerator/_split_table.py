@@ -22,12 +22,15 @@ class SplitTable(Mapping[str, KafkaPartitionSplit]):
     def __init__(self, splits: Iterable[KafkaPartitionSplit] = ()) -> None:
         self._splits: dict[str, KafkaPartitionSplit] = {}
         self._by_cluster: dict[str, dict[str, None]] = {}  # insertion-ordered sets
+        self.version = 0
+        """Moves with every change (before the changed table can be seen by another thread)."""
         for split in splits:
             self.put(split)
 
     def put(self, split: KafkaPartitionSplit) -> None:
         """Add ``split``, or replace the split of the same id (a new starting offset)."""
         sid = split.split_id
+        self.version += 1
         old = self._splits.get(sid)
         if old is not None and old.cluster_id != split.cluster_id:
             self._unindex(sid, old.cluster_id)
@@ -37,6 +40,7 @@ class SplitTable(Mapping[str, KafkaPartitionSplit]):
     def pop(self, split_id: str) -> KafkaPartitionSplit:
         """Remove and return the split ``split_id`` (``KeyError`` when there is none)."""
         split = self._splits.pop(split_id)
+        self.version += 1
         self._unindex(split_id, split.cluster_id)
         return split
 

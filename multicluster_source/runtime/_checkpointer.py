@@ -1,8 +1,10 @@
 """Checkpoints whose cost on the caller's thread is what changed since the last one.
 
 :meth:`Checkpointer.take` runs on the thread that owns the stream (the caller's): it hands over the position
-tracker's journal (O(1): what moved since the last checkpoint) and captures the enumerator's state as a
-frozen value on the coordinator thread (references only). Everything that grows with the number of splits
+tracker's journal (O(1): what moved since the last checkpoint) and takes the enumerator's state as a
+frozen value: the one it published after its last change when nothing changed since (an attribute read:
+see :mod:`multicluster_source.enumerator._published`), else captured on the coordinator thread (references
+only, but it waits for that thread). Everything that grows with the number of splits
 runs on the checkpointer's own thread ``mcs-checkpoint-<source>``, one checkpoint after the other in the
 order they were taken:
 
@@ -87,10 +89,12 @@ class Checkpointer:
             raise StreamClosedError(f"source {self._name}: checkpoint() on a closed stream")
         changes = self._tracker.take_changes()
         capture = getattr(self._enumerator, "capture_state", None)
+        published = getattr(self._enumerator, "published_state", None)
         try:
-            if capture is not None:
+            state = published() if published is not None else None  # nothing changed: no wait
+            if state is None and capture is not None:
                 state = self._coordinator.call_sync(capture)
-            else:
+            elif state is None:
                 state = self._coordinator.call_sync(lambda: self._enumerator.snapshot_state(checkpoint_id))
         except BaseException:
             self._queue.put(_Taken(checkpoint_id, None, changes, write, Future()))  # keep the changes
