@@ -14,6 +14,7 @@ from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.runtime._checkpointer import Checkpointer
 from multicluster_source.runtime._local import Coordinator, ReaderRunner
+from multicluster_source.runtime._memory import release_freed_memory
 
 _log = logging.getLogger("multicluster_source.runtime")
 T = TypeVar("T")
@@ -58,7 +59,8 @@ def stop_enumeration(
     metadata_service: KafkaMetadataService | None,
 ) -> None:
     """Close the enumerator on its thread, stop the coordinator, close the metadata service; a failure of
-    one is logged and does not keep the others open."""
+    one is logged and does not keep the others open. Last (every client of the source is closed by now),
+    give the memory they freed back to the system (:mod:`._memory`)."""
     if coordinator is not None:
         if enumerator is not None:
             try:
@@ -71,3 +73,4 @@ def stop_enumeration(
             metadata_service.close()
     except Exception:
         _log.exception("source=%s: metadata service close failed", name)
+    release_freed_memory()
