@@ -16,7 +16,11 @@ nothing here waits on a thread from the event loop.
   always ready.
 - **Blocking work** (open, checkpoint, close, the enumerator's part of ``status()``) runs in the loop's
   default executor (``asyncio.to_thread``). Periodic checkpoints (``checkpoint_interval``) are taken by
-  this wrapper, in the executor, before a poll takes records, so each covers what was returned before it.
+  this wrapper before a poll takes records, so each covers what was returned before it: captured in the
+  executor (what changed since the last one), then written and committed on the stream's checkpoint thread
+  while polls go on, as the synchronous ``poll`` does (none is taken while the last one is under way).
+  ``checkpoint()`` waits in the executor until its checkpoint is durable and committed. Checkpoints are
+  taken one at a time; one whose caller was cancelled still runs to its end before the next starts.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class AsyncSourceStream:
         self._armed = False
         self._closed = False
         self._checkpoint_lock: asyncio.Lock | None = None
+        self._checkpoint_tasks: set[asyncio.Task[Any]] = set()
+        self._checkpoint_error: BaseException | None = None  # of a periodic one whose poll was cancelled
         self._last_checkpoint = time.monotonic()
         self._yielded_at = time.monotonic()
         self._status: dict[str, Any] = {"state": "opening"}
@@ -234,20 +240,49 @@ class AsyncSourceStream:
         """Take a checkpoint covering every record already returned (in the executor); returns its id once
         it is durable and, with a group id, committed. One at a time: a second call waits for the first."""
         stream = self._opened()
-        lock = self._checkpoint_lock
-        assert lock is not None
-        async with lock:
-            checkpoint_id = await asyncio.shield(asyncio.to_thread(stream.checkpoint))
-            self._last_checkpoint = time.monotonic()
-            return checkpoint_id
+        return await self._one_at_a_time(stream.checkpoint)
 
     async def _checkpoint_if_due(self) -> None:
-        if self._interval is None or self._closed:
+        """A periodic checkpoint when one is due: captured in the executor, written and committed on the
+        stream's checkpoint thread while this goes on. Raises what the last periodic one raised."""
+        if self._closed:
             return
-        lock = self._checkpoint_lock
+        error, self._checkpoint_error = self._checkpoint_error, None
+        if error is not None:
+            raise error
+        if self._interval is None:
+            return
+        stream, lock = self._opened(), self._checkpoint_lock
         due = time.monotonic() - self._last_checkpoint >= self._interval
-        if due and lock is not None and not lock.locked():
-            await self.checkpoint()
+        if due and lock is not None and not lock.locked() and not stream._checkpointer.busy:
+            await self._one_at_a_time(lambda: _checkpoint_in_background(stream))
+
+    async def _one_at_a_time(self, work: Callable[[], T]) -> T:
+        """``work()`` in the executor under the checkpoint lock. A cancelled caller stops waiting; the lock
+        is held until ``work`` has ended, so the next checkpoint is taken after it (and on another thread
+        only then: the stream's checkpoint calls are meant for one thread at a time)."""
+        lock = self._checkpoint_lock
+        assert lock is not None
+
+        async def locked() -> T:
+            async with lock:
+                result = await asyncio.to_thread(work)
+                self._last_checkpoint = time.monotonic()
+                return result
+
+        task = asyncio.ensure_future(locked())
+        self._checkpoint_tasks.add(task)  # the loop keeps weak references to tasks only
+        task.add_done_callback(self._checkpoint_tasks.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._keep_checkpoint_error)
+            raise
+
+    def _keep_checkpoint_error(self, task: asyncio.Task[Any]) -> None:
+        """Its caller was cancelled: what the checkpoint raised is raised by the next ``poll`` or step."""
+        if not task.cancelled() and task.exception() is not None:
+            self._checkpoint_error = task.exception()
 
     # --------------------------------------------------------------------------------------- closing
 
@@ -279,6 +314,12 @@ def _close_when_opened(future: asyncio.Future[SourceStream]) -> None:
 
 
 __all__ = ["AsyncSourceStream"]
+
+
+def _checkpoint_in_background(stream: SourceStream) -> None:
+    """In the executor: capture a checkpoint of what was returned so far; the stream's checkpoint thread
+    writes and commits it. Raises (once) what the last one taken this way raised."""
+    stream._checkpointer.take_in_background(stream._next_checkpoint_id(), stream._write)
 
 
 def _one_ready(stream: SourceStream) -> list[SourceRecord]:
