@@ -104,7 +104,7 @@ def test_a_periodic_checkpoint_being_written_does_not_hold_poll(tmp_path: Path) 
     asyncio.run(main())
 
 
-def test_a_cancelled_poll_s_checkpoint_is_captured_before_the_next_one(tmp_path: Path) -> None:
+def test_a_cancelled_poll_s_checkpoint_is_captured_before_records_are_taken_again(tmp_path: Path) -> None:
     entered, gate = threading.Event(), threading.Event()
 
     async def main() -> None:
@@ -122,16 +122,19 @@ def test_a_cancelled_poll_s_checkpoint_is_captured_before_the_next_one(tmp_path:
                 polling = asyncio.ensure_future(s.poll(timeout=5))
                 while stream._checkpoint_id < 1:  # the periodic checkpoint's capture has begun
                     await asyncio.sleep(0.005)
+                s._interval = 3600.0  # no other periodic one from here on
                 polling.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await polling
-                # An explicit checkpoint waits for that capture to end before it begins its own.
+                # The capture goes on: the next poll takes nothing before it ended, and an explicit
+                # checkpoint begins its own capture only then.
+                again = asyncio.ensure_future(s.poll(timeout=0))
                 explicit = asyncio.ensure_future(s.checkpoint())
                 await asyncio.sleep(0.05)
-                assert stream._checkpoint_id == 1 and not explicit.done()
+                assert stream._checkpoint_id == 1 and not again.done() and not explicit.done()
             finally:
                 gate.set()
+            assert await again == []
             assert await explicit == 2 and _written(tmp_path) == [1, 2]
-            assert await s.poll(timeout=0) == []
 
     asyncio.run(main())
