@@ -104,24 +104,25 @@ def test_a_periodic_checkpoint_being_written_does_not_hold_poll(tmp_path: Path) 
     asyncio.run(main())
 
 
-def test_a_cancelled_poll_s_checkpoint_is_captured_before_records_are_taken_again(tmp_path: Path) -> None:
+def test_a_cancelled_poll_s_checkpoint_is_captured_before_records_are_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     entered, gate = threading.Event(), threading.Event()
 
     async def main() -> None:
         async with _no_clusters(tmp_path, 1e-6) as s:
             stream = s.stream
+            take = stream._checkpointer.take
 
-            def busy() -> None:
+            def held(checkpoint_id: int, write: Any) -> Any:  # a capture that waits (a busy coordinator)
                 entered.set()
                 gate.wait(30)
+                return take(checkpoint_id, write)
 
-            # The coordinator is busy: a capture (which asks it for the enumerator's state) waits.
-            stream._coordinator.run_in_coordinator(busy)
+            monkeypatch.setattr(stream._checkpointer, "take", held)
             try:
-                assert await asyncio.to_thread(entered.wait, 10)
                 polling = asyncio.ensure_future(s.poll(timeout=5))
-                while stream._checkpoint_id < 1:  # the periodic checkpoint's capture has begun
-                    await asyncio.sleep(0.005)
+                assert await asyncio.to_thread(entered.wait, 10)  # the periodic checkpoint's capture began
                 s._interval = 3600.0  # no other periodic one from here on
                 polling.cancel()
                 with pytest.raises(asyncio.CancelledError):
