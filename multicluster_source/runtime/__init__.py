@@ -7,8 +7,9 @@ What lives here:
   tracker checkpoints are taken from; shared by every runtime.
 - ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``; ``_delivery`` takes records
   or batches out of the hand-off with the positions of what was taken; ``_status`` builds its health and
-  status documents; ``_enumeration``: checkpointing and stopping the enumerator, the same for the stream and
-  the push driver.
+  status documents; ``_checkpointer``: checkpoints captured on the thread that owns the run, written and
+  committed on the source's checkpoint thread (the stream's and the push driver's); ``_enumeration``:
+  stopping the enumerator, the same for the stream and the push driver.
 - ``_async``: :class:`AsyncSourceStream` returned by ``source.open_async()``: the pull API for asyncio, over a
   ``SourceStream`` whose hand-off wakes the waiting coroutine.
 - ``_watermarks``: the stream's watermark: split watermarks of what was returned, combined (minimum over
@@ -19,7 +20,8 @@ What lives here:
   before readers start.
 - the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),
   ``_host`` (the worker side: readers plus the handler loop), ``_control`` (``RunControl``, ``RunResult``),
-  ``_driver`` (the driver loop: checkpoints, failover, shutdown) and one module per transport:
+  ``_driver`` (the driver loop: checkpoints, failover, shutdown), ``_run_checkpoints`` (the run's
+  checkpoints, through the checkpointer) and one module per transport:
   ``_threads``, ``_processes``, ``_ray``.
 
 May import: :mod:`multicluster_source.enumerator`, :mod:`multicluster_source.reader`,

@@ -16,7 +16,12 @@ nothing here waits on a thread from the event loop.
   always ready.
 - **Blocking work** (open, checkpoint, close, the enumerator's part of ``status()``) runs in the loop's
   default executor (``asyncio.to_thread``). Periodic checkpoints (``checkpoint_interval``) are taken by
-  this wrapper, in the executor, before a poll takes records, so each covers what was returned before it.
+  this wrapper before a poll takes records, so each covers what was returned before it: captured in the
+  executor (what changed since the last one), then written and committed on the stream's checkpoint thread
+  while polls go on, as the synchronous ``poll`` does (none is taken while the last one is under way).
+  ``checkpoint()`` captures one the same way and then awaits it until it is durable and committed. Captures
+  run one at a time; one whose caller was cancelled goes on, and the next poll waits for it before it takes
+  records (what it raised is raised there).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -66,7 +72,8 @@ class AsyncSourceStream:
         self._wake: asyncio.Event | None = None
         self._armed = False
         self._closed = False
-        self._checkpoint_lock: asyncio.Lock | None = None
+        self._capturing: asyncio.Task[Any] | None = None  # the checkpoint being captured in the executor
+        self._checkpoint_error: BaseException | None = None  # of a capture whose caller was cancelled
         self._last_checkpoint = time.monotonic()
         self._yielded_at = time.monotonic()
         self._status: dict[str, Any] = {"state": "opening"}
@@ -91,7 +98,6 @@ class AsyncSourceStream:
             raise
         self._loop = loop
         self._wake = asyncio.Event()
-        self._checkpoint_lock = asyncio.Lock()
         self._last_checkpoint = time.monotonic()
         self._stream = stream
         stream._handoff.on_put = self._on_put
@@ -231,23 +237,53 @@ class AsyncSourceStream:
     # ----------------------------------------------------------------------------------- checkpoints
 
     async def checkpoint(self) -> int:
-        """Take a checkpoint covering every record already returned (in the executor); returns its id once
-        it is durable and, with a group id, committed. One at a time: a second call waits for the first."""
+        """Take a checkpoint covering every record already returned (captured in the executor); returns its
+        id once it is durable and, with a group id, committed (after the checkpoints taken before it)."""
         stream = self._opened()
-        lock = self._checkpoint_lock
-        assert lock is not None
-        async with lock:
-            checkpoint_id = await asyncio.shield(asyncio.to_thread(stream.checkpoint))
-            self._last_checkpoint = time.monotonic()
-            return checkpoint_id
+        checkpoint_id, done = await self._capture(lambda: _take_checkpoint(stream))
+        written = asyncio.wrap_future(done)
+        written.add_done_callback(_retrieved)  # also when this call is cancelled meanwhile
+        await asyncio.shield(written)  # a cancelled call must not cancel the checkpoint thread's future
+        return checkpoint_id
 
     async def _checkpoint_if_due(self) -> None:
-        if self._interval is None or self._closed:
+        """Before a poll or step takes records: wait for a checkpoint being captured (one whose caller was
+        cancelled), raise what such a capture raised, and take a periodic checkpoint when one is due (not
+        while the last one is being written): captured in the executor, written and committed on the
+        stream's checkpoint thread while this goes on."""
+        if self._closed:
             return
-        lock = self._checkpoint_lock
+        capturing = self._capturing
+        if capturing is not None and not capturing.done():
+            await asyncio.wait({capturing})
+        error, self._checkpoint_error = self._checkpoint_error, None
+        if error is not None:
+            raise error
+        if self._interval is None:
+            return
+        stream = self._opened()
         due = time.monotonic() - self._last_checkpoint >= self._interval
-        if due and lock is not None and not lock.locked():
-            await self.checkpoint()
+        if due and not stream._checkpointer.busy:
+            await self._capture(lambda: _checkpoint_in_background(stream))
+
+    async def _capture(self, capture: Callable[[], T]) -> T:
+        """``capture()`` in the executor, one at a time (the stream's checkpoint calls are meant for one
+        thread at a time). A cancelled caller stops waiting; the capture goes on, and the next poll waits
+        for it before it takes records."""
+        while self._capturing is not None and not self._capturing.done():
+            await asyncio.wait({self._capturing})
+        self._last_checkpoint = time.monotonic()
+        task = self._capturing = asyncio.ensure_future(asyncio.to_thread(capture))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._keep_checkpoint_error)
+            raise
+
+    def _keep_checkpoint_error(self, task: asyncio.Task[Any]) -> None:
+        """Its caller was cancelled: what the capture raised is raised by the next ``poll`` or step."""
+        if not task.cancelled() and task.exception() is not None:
+            self._checkpoint_error = task.exception()
 
     # --------------------------------------------------------------------------------------- closing
 
@@ -279,6 +315,26 @@ def _close_when_opened(future: asyncio.Future[SourceStream]) -> None:
 
 
 __all__ = ["AsyncSourceStream"]
+
+
+def _take_checkpoint(stream: SourceStream) -> tuple[int, Future[Any]]:
+    """In the executor: capture a checkpoint of what was returned so far (as ``SourceStream.checkpoint``,
+    without waiting): its id, and the checkpoint thread's future of it."""
+    stream._raise_if_failed()
+    checkpoint_id = stream._next_checkpoint_id()
+    return checkpoint_id, stream._checkpointer.take(checkpoint_id, stream._write)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a future's outcome as seen (a failed checkpoint is logged by the checkpoint thread)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _checkpoint_in_background(stream: SourceStream) -> None:
+    """In the executor: capture a checkpoint of what was returned so far; the stream's checkpoint thread
+    writes and commits it. Raises (once) what the last one taken this way raised."""
+    stream._checkpointer.take_in_background(stream._next_checkpoint_id(), stream._write)
 
 
 def _one_ready(stream: SourceStream) -> list[SourceRecord]:

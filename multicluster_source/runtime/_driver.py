@@ -13,7 +13,7 @@ from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import apply_metrics
 from multicluster_source.runtime._control import RunControl, RunResult
-from multicluster_source.runtime._enumeration import stop_enumeration, take_checkpoint
+from multicluster_source.runtime._enumeration import stop_enumeration
 from multicluster_source.runtime._factory import SourceFactory
 from multicluster_source.runtime._handoff import PositionTracker
 from multicluster_source.runtime._local import LinkedCoordinator
@@ -34,6 +34,7 @@ from multicluster_source.runtime._messages import (
     WorkerStopped,
 )
 from multicluster_source.runtime._push_watermarks import RunWatermarks, run_watermarks
+from multicluster_source.runtime._run_checkpoints import RunCheckpoints
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
@@ -87,9 +88,7 @@ class Driver:
         self._gone: set[int] = set()
         self._stopped: set[int] = set()
         self._records: dict[int, int] = dict.fromkeys(range(parallelism), 0)
-        self._checkpoint_id = 0
-        self._checkpoints = 0
-        self._last_checkpoint: str | None = None
+        self._checkpoints = RunCheckpoints(source.name, storage, control)
         self._restored_from: str | None = None
         self._enumerator: MultiClusterEnumerator | None = None
         self._finished = False
@@ -149,8 +148,8 @@ class Driver:
             finished=self._finished,
             records=sum(self._records.values()),
             records_per_reader=dict(self._records),
-            checkpoints=self._checkpoints,
-            last_checkpoint=self._last_checkpoint,
+            checkpoints=self._checkpoints.written,
+            last_checkpoint=self._checkpoints.last_written,
             restored_from=self._restored_from,
             lost_readers=dict(self._lost),
             seconds=time.monotonic() - started,
@@ -160,7 +159,7 @@ class Driver:
         source = self._source
         restored = self._storage.latest() if self._storage is not None else None
         if restored is not None:
-            self._checkpoint_id = restored.checkpoint_id
+            self._checkpoints.last_id = restored.checkpoint_id
             self._restored_from = str(restored.path)
             self._tracker = PositionTracker(restored.positions)
             _log.info("source=%s: restoring from checkpoint %s", self._name, restored.path)
@@ -188,6 +187,7 @@ class Driver:
         )
         self._enumerator = enumerator
         coordinator.enumerator = enumerator
+        self._checkpoints.start(coordinator, enumerator, self._tracker)
         coordinator.call_sync(enumerator.start)
         now = time.monotonic()
         for i in range(self._n):
@@ -251,7 +251,7 @@ class Driver:
                 _log.info("source=%s: every split was read to its end and handled", self._name)
                 return
             if self._interval is not None and now - last_checkpoint >= self._interval:
-                self.checkpoint()
+                self._checkpoints.take(wait=False, on_failure=self._fail)  # written on the checkpoint thread
                 last_checkpoint = time.monotonic()
 
     def _on_message(self, index: int, message: object) -> None:
@@ -339,26 +339,6 @@ class Driver:
                 self._lose(i, TimeoutError(f"no heartbeat from worker {i} for {silent:.1f} s"))
                 self._links[i].kill()
 
-    # ----------------------------------------------------------------------------------- checkpoints
-
-    def checkpoint(self) -> None:
-        """Write a checkpoint covering what the handlers returned from, then commit offsets."""
-        storage, coordinator, enumerator = self._storage, self._coordinator, self._enumerator
-        if storage is None or coordinator is None or enumerator is None:
-            return
-        self._checkpoint_id += 1
-        checkpoint_id = self._checkpoint_id
-
-        def write(state: dict[str, Any], kept: dict[str, int]) -> str:
-            written = storage.write(checkpoint_id, self._name, state, kept)
-            self._checkpoints += 1
-            self._control._checkpoints = self._checkpoints
-            return written
-
-        self._last_checkpoint = take_checkpoint(
-            coordinator, enumerator, checkpoint_id, self._tracker.snapshot(), write
-        )
-
     # -------------------------------------------------------------------------------------- shutdown
 
     def _shutdown(self) -> None:
@@ -385,9 +365,10 @@ class Driver:
             self._links[i].kill()
         if self._error is None and self._enumerator is not None:
             try:
-                self.checkpoint()
+                self._checkpoints.take()  # the last one: durable and committed before run() returns
             except BaseException as exc:
                 self._fail(exc)
+        self._checkpoints.close()  # what was taken is written before the enumerator stops
         started = self._coordinator if self._coordinator_started else None
         stop_enumeration(self._name, started, self._enumerator, self._source.metadata_service)
         try:

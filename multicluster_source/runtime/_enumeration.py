@@ -1,6 +1,7 @@
-"""What the pull stream and the push driver do alike with their enumerator: checkpoint it, and stop it.
+"""Stopping the enumerator, the same for the pull stream and the push driver (and the stream's readers with
+its checkpoint thread). Both take checkpoints through :class:`~._checkpointer.Checkpointer`.
 
-Both run on the thread that owns the run (the caller's thread of a stream, the driver's thread of a push
+They run on the thread that owns the run (the caller's thread of a stream, the driver's thread of a push
 run); every enumerator call goes through the coordinator's mailbox, as the enumerator assumes one thread.
 """
 
@@ -30,7 +31,11 @@ def take_checkpoint(
 ) -> T:
     """Snapshot the enumerator, ``write(state, positions)`` the checkpoint (positions of the splits the
     state keeps only), then have the enumerator commit those offsets; returns what ``write`` returned once
-    the commit is done or timed out (which the enumerator logs)."""
+    the commit is done or timed out (which the enumerator logs).
+
+    The checkpoint of 0.2, all of it on the calling thread: no runtime uses it any more (the stream and the
+    push driver use :class:`~._checkpointer.Checkpointer`); kept as the *before* of
+    ``benchmarks/_scale_sweep.py``."""
     state = coordinator.call_sync(lambda: enumerator.snapshot_state(checkpoint_id))
     ids = state_split_ids(state)
     kept = {sid: pos for sid, pos in positions.items() if sid in ids}

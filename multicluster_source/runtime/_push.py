@@ -10,7 +10,8 @@ in :mod:`._ray`):
 
 * the **driver** (:class:`~._driver.Driver`, in the calling process) runs the enumerator on a
   coordinator mailbox thread (:class:`~._local.Coordinator`), tracks delivered positions, takes checkpoints
-  into a :class:`~multicluster_source.framework._storage.CheckpointStorage`, records topic tracking, and
+  into a :class:`~multicluster_source.framework._storage.CheckpointStorage` (captured on its thread, written
+  and committed on the checkpoint thread: :mod:`._run_checkpoints`), records topic tracking, and
   detects lost workers (link lost: thread ended, process sentinel, Ray actor died; or no heartbeat);
 * each **worker** (:class:`~._host.WorkerHost`: a thread, a process or a Ray actor) runs one reader (built
   with ``source.create_reader``) and a handler thread ``mcs-handler-<source>-<i>`` that takes the reader's

@@ -1,6 +1,6 @@
 """asyncio on real Kafka: ``source.open_async()`` reads every record on the standard loop and on uvloop, never
 blocks the loop (a ticker measures it), loses no record to a cancelled ``poll``, and checkpoints exactly what
-it returned."""
+it returned (also periodic checkpoints, written while polls go on)."""
 
 from __future__ import annotations
 
@@ -273,6 +273,48 @@ def test_batches_and_checkpoints_cover_what_was_returned(
     assert latest is not None and latest.checkpoint_id == checkpoint_id
     rest = run(second())
     assert len(rest) == 250 and not returned & {(r.partition, r.offset) for r in rest}
+
+
+def test_periodic_checkpoints_cover_what_was_returned_before_the_poll_that_took_them(
+    kafka_cluster: Cluster, tmp_path: Path, run: LoopRun
+) -> None:
+    topic = kafka_cluster.create_topic("async-periodic", partitions=2)
+    kafka_cluster.produce_n(topic, 400, partitions=2)
+    ckpt = str(tmp_path / "ckpt")
+    source = builder([stream("s", cluster_md(kafka_cluster, topic))]).build()
+
+    async def first() -> tuple[list[SourceRecord], list[SourceRecord]]:
+        got: list[SourceRecord] = []
+        async with source.open_async(checkpoint_dir=ckpt, checkpoint_interval=0.01) as s:
+            while len(got) < 150:  # periodic checkpoints are written meanwhile
+                got.extend(await s.poll(timeout=0.5, max_records=min(20, 150 - len(got))))
+            while s.stream._checkpointer.busy:  # the last one taken is written: the next poll takes one
+                await asyncio.sleep(0.01)
+            after: list[SourceRecord] = []
+            while not after:  # taken before this poll took records: it covers the 150 exactly
+                after = await s.poll(timeout=0.5, max_records=10)
+        return got, after  # close() takes no checkpoint of its own
+
+    got, after = run(first())
+    latest = CheckpointStore(ckpt).latest()
+    assert latest is not None and latest.checkpoint_id > 1
+    returned = {(r.partition, r.offset) for r in got}
+    for split, position in latest.positions.items():
+        partition = int(split.rsplit("/", 1)[1])
+        assert {o for p, o in returned if p == partition} == set(range(position)), split
+    assert sum(latest.positions.values()) == 150
+
+    async def second() -> list[SourceRecord]:
+        rest: list[SourceRecord] = []
+        async with source.open_async(checkpoint_dir=ckpt) as s:
+            while len(rest) < 250:
+                rest.extend(await s.poll(timeout=0.5))
+            rest.extend(await s.poll(timeout=1.0))
+        return rest
+
+    rest = run(second())  # from the checkpoint: what the first run returned after it comes again, once
+    assert len(rest) == 250 and not returned & {(r.partition, r.offset) for r in rest}
+    assert {(r.partition, r.offset) for r in after} <= {(r.partition, r.offset) for r in rest}
 
 
 def test_an_open_cancelled_midway_closes_what_it_opened(kafka_cluster: Cluster, run: LoopRun) -> None:
