@@ -46,7 +46,7 @@ from multicluster_source.reader._lag import LagReports
 from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
-from multicluster_source.reader._warm import WarmConsumer, learn_topics
+from multicluster_source.reader._warm import LEARN_MAX_PARTITIONS, WarmConsumer, learn_topics
 
 _log = logging.getLogger("multicluster_source.reader")
 
@@ -286,7 +286,7 @@ class ClusterFetcher:
                     self._progress_changed()
                     known = self._known_partitions  # see learn_topics: metadata before the assignment
                     learn = {s.topic for s in live if s.partition not in known.get(s.topic, ())}
-                    if learn:
+                    if learn and len(live) <= LEARN_MAX_PARTITIONS:
                         learn_topics(self.cluster_id, consumer, learn, known, stop=self._stopping)
                     consumer.incremental_assign(
                         [TopicPartition(s.topic, s.partition, s.starting_offset) for s in live]

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.fake_consumer import FakeConsumer, FakeReaderContext
 from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.reader import _warm
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
 
@@ -112,21 +113,27 @@ def test_consumer_defaults_for_quick_first_records_unless_a_property_says_otherw
     assert conf({"fetch.wait.max.ms": "500"}, {"fetch.wait.max.ms": "20"})["fetch.wait.max.ms"] == "20"
 
 
-def test_many_new_topics_at_once_take_one_metadata_request_for_the_cluster() -> None:
+def test_new_topics_are_asked_for_one_by_one_but_not_a_big_assignment() -> None:
     topics = {f"t{i}": 1 for i in range(6)}
-    consumer = FakeConsumer(topics)
+    consumer = FakeConsumer({**topics, "big": _warm.LEARN_MAX_PARTITIONS + 1})
     settings = FetchSettings(source_name="s", reader_index=0, batch_max_records=10, metrics=_Metrics())
     fetcher = ClusterFetcher("east", {}, settings, FakeReaderContext(), lambda ids: None, consumer=consumer)
     fetcher.start()
     try:
         fetcher.add_splits([_split(t, 0) for t in topics])
-        assert _wait_for(consumer, 2) == [("metadata", None), ("assign", [(t, 0) for t in sorted(topics)])]
+        assert _wait_for(consumer, 7) == [
+            *[("metadata", t) for t in sorted(topics)],
+            ("assign", [(t, 0) for t in sorted(topics)]),
+        ]
         fetcher.remove_topics(["t0"])
         fetcher.add_splits([_split("t0", 0)])  # one topic again: asked for by name
-        assert _wait_for(consumer, 5)[2:] == [
+        assert _wait_for(consumer, 10)[7:] == [
             ("unassign", [("t0", 0)]),
             ("metadata", "t0"),
             ("assign", [("t0", 0)]),
         ]
+        big = [_split("big", p) for p in range(_warm.LEARN_MAX_PARTITIONS + 1)]
+        fetcher.add_splits(big)  # left to the client's own metadata request (closing it stays quick)
+        assert _wait_for(consumer, 11)[10:] == [("assign", [("big", p) for p in range(len(big))])]
     finally:
         fetcher.stop()
