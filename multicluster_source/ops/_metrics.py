@@ -11,7 +11,7 @@ Threads: every method may be called from reader threads and the coordinator (see
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
@@ -118,6 +118,35 @@ class SourceMetrics:
                 child = self._gauge_children.get((name, labels)) or self._gauge_child(name, labels)
                 if child is not None:
                     child.set(value)
+
+    def set_positions(self, cluster: str, rows: Iterable[tuple[str, int, int, int | None]]) -> None:
+        """:meth:`set_offsets` of many partitions of ``cluster``: ``(topic, partition, current, lag)`` rows
+        (lag None: left unchanged). The gauges not made yet are made under one hold of the shared lock,
+        not one a gauge (a lag report of thousands of new partitions on several fetch threads at once)."""
+        children = self._gauge_children
+        todo: list[tuple[tuple[str, Labels], int]] = []
+        missing: list[tuple[str, Labels]] = []
+        for topic, partition, current, lag in rows:
+            labels: Labels = (cluster, topic, str(partition))
+            for name, value in ((CURRENT, current), (LAG, lag)):
+                if value is not None:
+                    key = (name, labels)
+                    todo.append((key, value))
+                    if key not in children:
+                        missing.append(key)
+        if missing:
+            shared = self._shared
+            with shared.lock:
+                if self._closed:
+                    return
+                for key in missing:
+                    if key not in children:
+                        children[key] = shared.gauges[key[0]].labels(*key[1])
+                        self._take(key)
+        for key, value in todo:
+            child = children.get(key)
+            if child is not None:
+                child.set(value)
 
     def set_assigned_splits(self, cluster: str, n: int) -> None:
         """Set how many splits of ``cluster`` this source has assigned to its readers."""

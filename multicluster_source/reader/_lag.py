@@ -64,14 +64,14 @@ class LagReports:
             self._due -= due
         else:
             due, self._due = self._due, set()
-        reported = 0
+        rows: list[tuple[str, int, int, int | None]] = []
         for key in due:
             p = progress.get(key)
             if p is not None:
-                reported += self._report_one(consumer, TopicPartition(*key), p)
+                self._row(consumer, TopicPartition(*key), p, rows)
         ring = self._ring
         if not ring:
-            return reported
+            return self._set(rows)
         start = self._next
         end = start + min(self._slice, len(ring))
         chunk = list(ring[start:end]) + (list(ring[: end - len(ring)]) if end > len(ring) else [])
@@ -82,14 +82,24 @@ class LagReports:
                 continue  # reported above
             p = progress.get(key)
             if p is not None:
-                reported += self._report_one(consumer, tp, p)
-        return reported
+                self._row(consumer, tp, p, rows)
+        return self._set(rows)
 
-    def _report_one(self, consumer: Any, tp: Any, p: Any) -> int:
+    @staticmethod
+    def _row(consumer: Any, tp: Any, p: Any, rows: list[tuple[str, int, int, int | None]]) -> None:
         try:
             _low, high = consumer.get_watermark_offsets(tp, cached=True)
         except Exception:
-            return 0
+            return
         lag = max(0, high - p.next_offset) if high is not None and high >= 0 else None
-        self._metrics.set_offsets(self._cluster_id, tp.topic, tp.partition, current=p.next_offset, lag=lag)
-        return 1
+        rows.append((tp.topic, tp.partition, p.next_offset, lag))
+
+    def _set(self, rows: list[tuple[str, int, int, int | None]]) -> int:
+        """Set the gauges of ``rows`` (all at once where the metrics can: one hold of their lock)."""
+        set_positions = getattr(self._metrics, "set_positions", None)
+        if callable(set_positions):
+            set_positions(self._cluster_id, rows)
+        else:
+            for topic, partition, current, lag in rows:
+                self._metrics.set_offsets(self._cluster_id, topic, partition, current=current, lag=lag)
+        return len(rows)
