@@ -67,6 +67,8 @@ class _Discovered:
     missing_topics: list[str]
     topics_asked: frozenset[str]
     leader_racks: dict[tuple[str, int], str | None]
+    deferred: int = 0
+    """New partitions whose offsets the cluster could not give yet (a retriable error): found again next."""
 
 
 class KafkaClusterEnumerator:
@@ -95,6 +97,7 @@ class KafkaClusterEnumerator:
         self._admin: Any = None
         self._warned_missing: set[str] = set()
         self._last_error: str | None = None
+        self._deferring = False  # the last round left partitions it could not resolve for later
         self._client_errors = ClientErrorReporter(config.cluster.cluster_id, "enumerator")
         self._rounds = 0
         self._generation = 0
@@ -234,6 +237,8 @@ class KafkaClusterEnumerator:
         later = [tp for tp in new if tp[0] in seen]
         cid = config.cluster.cluster_id
 
+        deferred: list[tuple[str, int]] = []
+
         def resolve(
             initializer: OffsetsInitializer, partitions: list[tuple[str, int]]
         ) -> dict[tuple[str, int], int]:
@@ -246,13 +251,17 @@ class KafkaClusterEnumerator:
                 timeout=config.request_timeout_s,
                 read_committed=config.read_committed,
                 stop=self._closing,
+                deferred=deferred,
             )
 
+        # A partition the cluster cannot answer for yet (its leader just elected, ...) does not hold up the
+        # others: it is left unknown, and found again by the next round, soon (see _on_discovered).
         starts = resolve(config.starting, first_sight)
         starts.update(resolve(OffsetsInitializer.earliest(), later))
         stops = resolve(config.stopping, new) if config.stopping is not None else {}
-        splits = [KafkaPartitionSplit(cid, t, p, max(0, starts[(t, p)]), stops.get((t, p))) for t, p in new]
-        return _Discovered(splits, missing, topics, leader_racks)
+        ready = [tp for tp in new if tp in starts and (config.stopping is None or tp in stops)]
+        splits = [KafkaPartitionSplit(cid, t, p, max(0, starts[(t, p)]), stops.get((t, p))) for t, p in ready]
+        return _Discovered(splits, missing, topics, leader_racks, len(new) - len(ready))
 
     def _on_discovered(
         self, result: _Discovered | None, error: BaseException | None, generation: int
@@ -296,6 +305,21 @@ class KafkaClusterEnumerator:
         if not chain:
             return
         interval = self.config.discovery_interval_s
+        if result.deferred:
+            if not self._deferring:  # once, until every partition could be resolved
+                _log.warning(
+                    "cluster=%s: %d partitions cannot be read yet (leaders not ready); looking again every "
+                    "%.0f s",
+                    cid,
+                    result.deferred,
+                    self.config.retry_backoff_s,
+                )
+            self._deferring = True
+            self._schedule(self.config.retry_backoff_s)
+            return
+        if self._deferring:
+            _log.info("cluster=%s: every partition found can be read", cid)
+            self._deferring = False
         if interval is None and result.missing_topics:
             # Discovering once (bounded): wait for every topic it was told about, retrying with a log line.
             self._schedule(self.config.retry_backoff_s)

@@ -199,8 +199,12 @@ def _list_offsets(
     *,
     read_committed: bool = True,
     stop: threading.Event | None = None,
+    deferred: list[tuple[str, int]] | None = None,
 ) -> dict[tuple[str, int], int]:
-    from confluent_kafka import IsolationLevel, TopicPartition
+    """The offsets of ``specs``; with ``deferred``, a partition the cluster cannot answer for now (a retriable
+    error: its leader not available yet, a leader epoch newer than the broker's, ...) goes there instead of
+    failing the whole request."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 
     if not specs:
         return {}
@@ -209,7 +213,13 @@ def _list_offsets(
     futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
     out: dict[tuple[str, int], int] = {}
     for tp, fut in futures.items():
-        out[(tp.topic, tp.partition)] = int(await_result(fut, timeout + 5, stop).offset)
+        try:
+            out[(tp.topic, tp.partition)] = int(await_result(fut, timeout + 5, stop).offset)
+        except KafkaException as exc:
+            retriable = getattr(exc.args[0] if exc.args else None, "retriable", None)
+            if deferred is None or not (callable(retriable) and retriable()):
+                raise
+            deferred.append((tp.topic, tp.partition))
     return out
 
 
@@ -238,18 +248,23 @@ def resolve_offsets(
     timeout: float = 30.0,
     read_committed: bool = True,
     stop: threading.Event | None = None,
+    deferred: list[tuple[str, int]] | None = None,
 ) -> dict[tuple[str, int], int]:
     """Concrete offsets for ``partitions`` of one cluster. Blocking: call it off the coordinator thread.
 
     ``read_committed``: the readers' isolation level (``latest`` is the last stable offset, else the high
-    watermark); ``stop``: when set, a wait for the cluster ends with :class:`ResolutionStopped`."""
+    watermark); ``stop``: when set, a wait for the cluster ends with :class:`ResolutionStopped`;
+    ``deferred``: when given, partitions the cluster cannot answer for yet (retriable errors) are put there
+    and left out of the answer, instead of failing it (explicit offsets' gap checks never defer)."""
     from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
     if not partitions:
         return {}
 
     def list_offsets(specs: dict[tuple[str, int], Any]) -> dict[tuple[str, int], int]:
-        return _list_offsets(admin, specs, timeout, read_committed=read_committed, stop=stop)
+        return _list_offsets(
+            admin, specs, timeout, read_committed=read_committed, stop=stop, deferred=deferred
+        )
 
     kind = initializer.kind
     if kind == "earliest":
@@ -276,7 +291,12 @@ def resolve_offsets(
                     out[(topic, partition)] = initializer.explicit[key]
                     break
         if initializer.gap_policy is not None and out:
-            _check_gaps(initializer, cluster_id, out, list_offsets)
+            _check_gaps(
+                initializer,
+                cluster_id,
+                out,
+                lambda specs: _list_offsets(admin, specs, timeout, read_committed=read_committed, stop=stop),
+            )
     rest = [tp for tp in partitions if tp not in out]
     if rest and initializer.fallback is not None:
         fallback = initializer.fallback
@@ -289,6 +309,7 @@ def resolve_offsets(
             timeout=timeout,
             read_committed=read_committed,
             stop=stop,
+            deferred=deferred,
         )
         out.update(found)
     elif rest:

@@ -30,6 +30,7 @@ class FakeAdmin:
     def __init__(self, conf: Mapping[str, Any], topics: dict[str, int]) -> None:
         self.conf = dict(conf)
         self.topics = topics
+        self.not_ready: set[tuple[str, int]] = set()  # partitions whose offsets fail (leader not available)
         FakeAdmin.created.append(self)
 
     def list_topics(self, timeout: float) -> Any:
@@ -66,10 +67,15 @@ class FakeAdmin:
     def list_offsets(
         self, request: Mapping[Any, Any], request_timeout: float, isolation_level: Any = None
     ) -> dict[Any, Future[Any]]:
+        from confluent_kafka import KafkaError, KafkaException
+
         out: dict[Any, Future[Any]] = {}
         for tp in request:
             fut: Future[Any] = Future()
-            fut.set_result(SimpleNamespace(offset=0))
+            if (tp.topic, tp.partition) in self.not_ready:
+                fut.set_exception(KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, retriable=True)))
+            else:
+                fut.set_result(SimpleNamespace(offset=0))
             out[tp] = fut
         return out
 
@@ -487,3 +493,32 @@ def test_a_change_touching_one_cluster_walks_only_that_clusters_splits(monkeypat
         [KafkaStream("s", {"east": cluster("east", "orders"), "west": cluster("west", "orders")})]
     )
     assert sorted(table.cluster_ids()) == ["east", "west"]
+
+
+def test_partitions_whose_leaders_are_not_ready_do_not_hold_up_the_others() -> None:
+    """One partition the cluster cannot give an offset for yet (leader not available): the others are
+    assigned at once, and it follows once a later round can resolve it."""
+    FakeAdmin.created.clear()
+    service = InMemoryMetadataService([KafkaStream("s", {"west": cluster("west", "orders")})])
+    enumerator, ctx, _ = make(service)
+    original = FakeAdmin.__init__
+
+    def not_ready(self: FakeAdmin, conf: Mapping[str, Any], topics: dict[str, int]) -> None:
+        original(self, conf, topics)
+        self.not_ready = {("orders", 1)}
+
+    FakeAdmin.__init__ = not_ready  # type: ignore[method-assign]
+    try:
+        enumerator.start()
+    finally:
+        FakeAdmin.__init__ = original  # type: ignore[method-assign]
+    enumerator.add_reader(0)
+    enumerator.add_reader(1)
+    assert assigned_ids(ctx) == {"west/orders/0", "west/orders/2"}
+    (admin,) = FakeAdmin.created
+    admin.not_ready.clear()  # its leader is elected
+    due, ctx.later = ctx.later, []
+    for handle, fn in due:  # the rounds scheduled since (the retry comes after a second, not 30)
+        if not handle.cancelled:
+            fn()
+    assert assigned_ids(ctx) == {"west/orders/0", "west/orders/1", "west/orders/2"}
