@@ -41,6 +41,8 @@ COMMIT_WAIT_S = 30.0
 CLOSE_COMMIT_WAIT_S = 1.0
 """Once ``close()`` began, how long the commits of a checkpoint are still waited for (the checkpoint itself
 is durable either way; a commit not waited for is logged, and may still complete)."""
+DEFER_AT_MOST_S = 5.0
+"""How long a periodic checkpoint waits at most for the enumerator to end a change (see :attr:`busy`)."""
 Write = Callable[[int, dict[str, Any], dict[str, int]], Any]
 """``write(checkpoint_id, enumerator_state, positions)``: store one checkpoint durably."""
 
@@ -74,12 +76,25 @@ class Checkpointer:
         self._closed = False
         self._background_error: BaseException | None = None
         self._closing_at: float | None = None
+        self._deferred_since: float | None = None  # a periodic checkpoint waits for the enumerator since
 
     @property
     def busy(self) -> bool:
-        """Whether a checkpoint was taken and is not yet written and committed."""
+        """Whether a periodic checkpoint should wait: one taken is not yet written and committed, or the
+        enumerator is in the middle of a change, so that taking one now would wait for its thread (for at
+        most :data:`DEFER_AT_MOST_S`; then it is taken all the same). Explicit checkpoints never wait for
+        this."""
         with self._lock:
-            return self._in_flight > 0
+            if self._in_flight > 0:
+                return True
+        published = getattr(self._enumerator, "published_state", None)
+        if published is None or published() is not None:
+            self._deferred_since = None
+            return False
+        now = time.monotonic()
+        if self._deferred_since is None:
+            self._deferred_since = now
+        return now - self._deferred_since < DEFER_AT_MOST_S
 
     def take(self, checkpoint_id: int, write: Write) -> Future[Any]:
         """Capture a checkpoint now (what the tracker holds at this moment); the future gives what ``write``

@@ -162,3 +162,28 @@ def test_take_reads_the_published_state_and_asks_the_coordinator_only_after_a_ch
     finally:
         checkpointer.close()
     assert written == [{"east/t/0": 3}, {"east/t/0": 3, "east/t/1": 8}]
+
+
+def test_a_periodic_checkpoint_waits_while_the_enumerator_changes_but_not_for_long(monkeypatch: Any) -> None:
+    from multicluster_source.runtime import _checkpointer
+
+    table = SplitTable([KafkaPartitionSplit("east", "t", 0, 0)])
+    pub = publisher(table)
+
+    class Enumerator:
+        def published_state(self) -> EnumeratorState | None:
+            return pub.current()
+
+    checkpointer = Checkpointer("src", _InlineCoordinator(), Enumerator(), PositionTracker())
+    try:
+        assert checkpointer.busy, (
+            "nothing published yet: a periodic checkpoint would wait for the coordinator"
+        )
+        pub.publish()
+        assert not checkpointer.busy
+        table.put(KafkaPartitionSplit("east", "t", 1, 0))  # a change under way
+        assert checkpointer.busy
+        monkeypatch.setattr(_checkpointer, "DEFER_AT_MOST_S", 0.0)
+        assert not checkpointer.busy, "deferred long enough: taken all the same"
+    finally:
+        checkpointer.close()
