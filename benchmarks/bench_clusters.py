@@ -22,8 +22,14 @@ the system), beside the memory Python itself holds (``tracemalloc``) and the cou
 grows while Python's traced memory and objects stay flat, and that ``malloc_trim`` gives back, is the
 allocator keeping freed pages (librdkafka frees its buffers on close), not a leak.
 
-Run: ``python benchmarks/bench_clusters.py [--clusters 1,10,40,100] [--changes 5] [--cycles 5]``; writes
-``benchmarks/results/clusters.json``. Nothing asserts on speed.
+Run: ``python benchmarks/bench_clusters.py [--clusters 1,10,40,100] [--changes 5] [--cycles 5]
+[--property fetch.wait.max.ms=500]``; writes ``benchmarks/results/clusters.json`` (with ``--property``:
+``clusters-with-properties.json``). Nothing asserts on speed.
+
+The brokers share this machine's cores with the source: 100 tansu brokers answering the idle fetches of 200
+consumers (10 a second each at the source's ``fetch.wait.max.ms=100``) use more than one of the two cores,
+so at 100 clusters a change also waits for a core; ``--property fetch.wait.max.ms=500`` (librdkafka's
+default) shows the source with that load taken away.
 """
 
 from __future__ import annotations
@@ -111,9 +117,13 @@ def streams(parts: dict[str, tuple[Cluster, str]]) -> list[KafkaStream]:
     ]
 
 
+PROPERTIES: dict[str, str] = {}
+"""Client properties given with ``--property`` (every client of the source)."""
+
+
 def open_source(path: Path, name: str, ckpt: Path) -> Any:
     """A source over the metadata file ``path``, opened with 2 readers."""
-    source = (
+    builder = (
         MultiClusterKafkaSource.builder()
         .set_kafka_metadata_service(FileMetadataService(path))
         .set_stream_ids([STREAM_ID])
@@ -121,9 +131,10 @@ def open_source(path: Path, name: str, ckpt: Path) -> Any:
         .set_starting_offsets(OffsetsInitializer.earliest())
         .set_property("stream-metadata-discovery-interval-ms", str(DISCOVERY_INTERVAL_MS))
         .set_name(name)
-        .build()
     )
-    return source.open(PARALLELISM, checkpoint_dir=str(ckpt), registry=CollectorRegistry())
+    for key, value in PROPERTIES.items():
+        builder = builder.set_property(key, value)
+    return builder.build().open(PARALLELISM, checkpoint_dir=str(ckpt), registry=CollectorRegistry())
 
 
 def assigned_clusters(stream: Any) -> set[str]:
@@ -327,14 +338,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cycles", type=int, default=5, help="open/close cycles at the largest count (0 skips)"
     )
+    parser.add_argument(
+        "--property", action="append", default=[], help="KEY=VALUE client property (repeatable)"
+    )
     args = parser.parse_args(argv)
+    PROPERTIES.update(dict(p.split("=", 1) for p in args.property))
     counts = sorted({int(c) for c in args.clusters.split(",") if c})
     workdir = Path(tempfile.mkdtemp(prefix="mcs-bench-clusters-"))
     result: dict[str, Any] = {
         "benchmark": "clusters",
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(args.brokers),
-        "config": {"partitions_per_cluster": PARTITIONS, "parallelism": PARALLELISM, "changes": args.changes},
+        "config": {
+            "partitions_per_cluster": PARTITIONS,
+            "parallelism": PARALLELISM,
+            "changes": args.changes,
+            "properties": dict(PROPERTIES),
+        },
         "sizes": [],
     }
     log(f"clusters: starting {max(counts) + 1} {args.brokers} clusters...")
@@ -351,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.cycles:
             result["cycles"] = memory_cycles(clusters[: max(counts)], args.cycles, workdir)
-    write_json("clusters", result)
+    write_json("clusters-with-properties" if PROPERTIES else "clusters", result)
     print(table(result))
     return 0
 
