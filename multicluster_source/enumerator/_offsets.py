@@ -192,6 +192,20 @@ def _check_gaps(
         out[(topic, partition)] = first
 
 
+_NOT_READY = frozenset({3, 5, 6, 7, 9, 74, 75, 78})
+"""Broker errors of a partition that is not ready yet (its topic just made, a leader being elected):
+UNKNOWN_TOPIC_OR_PART, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+REPLICA_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE."""
+
+
+def _not_ready(exc: Exception) -> bool:
+    """Whether ``exc`` (a KafkaException of one partition) says the partition is not ready yet."""
+    error = exc.args[0] if exc.args else None
+    retriable = getattr(error, "retriable", None)
+    code = getattr(error, "code", None)
+    return bool(callable(retriable) and retriable()) or (callable(code) and code() in _NOT_READY)
+
+
 def _list_offsets(
     admin: Any,
     specs: dict[tuple[str, int], Any],
@@ -216,8 +230,7 @@ def _list_offsets(
         try:
             out[(tp.topic, tp.partition)] = int(await_result(fut, timeout + 5, stop).offset)
         except KafkaException as exc:
-            retriable = getattr(exc.args[0] if exc.args else None, "retriable", None)
-            if deferred is None or not (callable(retriable) and retriable()):
+            if deferred is None or not _not_ready(exc):
                 raise
             deferred.append((tp.topic, tp.partition))
     return out

@@ -73,7 +73,7 @@ class FakeAdmin:
         for tp in request:
             fut: Future[Any] = Future()
             if (tp.topic, tp.partition) in self.not_ready:
-                fut.set_exception(KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, retriable=True)))
+                fut.set_exception(KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE)))  # as answered
             else:
                 fut.set_result(SimpleNamespace(offset=0))
             out[tp] = fut
