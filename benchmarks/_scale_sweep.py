@@ -317,7 +317,8 @@ def run_child(spec: dict[str, Any], code: Path) -> dict[str, Any]:
     return {"error": (proc.stderr or proc.stdout)[-2000:]}
 
 
-def _wait_for_leaders(cluster: Any, names: set[str], partitions: int) -> None:
+def wait_for_leaders(cluster: Any, names: set[str], partitions: int) -> None:
+    """Wait (10 minutes at most) until ``partitions`` partitions of the topics ``names`` have a leader."""
     deadline = time.monotonic() + 600
     while True:
         md = cluster.admin().list_topics(timeout=60)
@@ -404,7 +405,7 @@ def _fill(cluster: Any, topics: Sequence[str]) -> None:
         chunk = [NewTopic(t, 100, 1) for t in topics[start : start + 20]]
         for future in cluster.admin().create_topics(chunk, operation_timeout=300).values():
             future.result()
-    _wait_for_leaders(cluster, set(topics), len(topics) * 100)
+    wait_for_leaders(cluster, set(topics), len(topics) * 100)
     _warm_offsets_topic(cluster, topics[0])
     producer = cluster.producer(**{"linger.ms": 20})
     for topic in topics:

@@ -54,7 +54,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._brokers import RESULTS_DIR, machine_info
-from benchmarks._scale_sweep import run_sweep, sweep_table
+from benchmarks._scale_sweep import run_sweep, sweep_table, wait_for_leaders
 from benchmarks.bench_soak import figures_markdown, open_fds, rdk_threads, rss_mb, write_json
 from multicluster_source import (
     ClusterMetadata,
@@ -125,24 +125,9 @@ def create_layout(clusters: Sequence[Any], total: int, logical: int) -> list[Log
         for future in futures.values():
             future.result()
         out.append(Logical(f"lc{i}", physical, topics))
-    wanted = {id(c): sum(lc.partitions for lc in out if lc.physical is c) for c in clusters}
-    deadline = time.monotonic() + TIMEOUT_S
     for cluster in clusters:
         names = {t for lc in out if lc.physical is cluster for t, _n in lc.topics}
-        while True:
-            md = cluster.admin().list_topics(timeout=60)
-            ready = sum(
-                1
-                for name in names
-                if name in md.topics
-                for p in md.topics[name].partitions.values()
-                if p.leader >= 0
-            )
-            if ready >= wanted[id(cluster)]:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{cluster!r}: {ready} of {wanted[id(cluster)]} partitions have a leader")
-            time.sleep(0.5)
+        wait_for_leaders(cluster, names, sum(lc.partitions for lc in out if lc.physical is cluster))
     return out
 
 
