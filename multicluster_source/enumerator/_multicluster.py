@@ -261,9 +261,8 @@ class MultiClusterEnumerator:
         expired = [sid for sid, r in self._removed.items() if now_ms - r.removed_at_ms > limit]
         if expired:
             self._published.changed()
-        for sid in expired:
-            del self._removed[sid]
-        if expired:
+            for sid in expired:
+                del self._removed[sid]
             self._ctx.forget_positions(expired)
             self._settled([])
 

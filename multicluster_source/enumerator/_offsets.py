@@ -274,10 +274,10 @@ def resolve_offsets(
     if not partitions:
         return {}
 
-    def list_offsets(specs: dict[tuple[str, int], Any]) -> dict[tuple[str, int], int]:
-        return _list_offsets(
-            admin, specs, timeout, read_committed=read_committed, stop=stop, deferred=deferred
-        )
+    def list_offsets(
+        specs: dict[tuple[str, int], Any], into: list[tuple[str, int]] | None = deferred
+    ) -> dict[tuple[str, int], int]:
+        return _list_offsets(admin, specs, timeout, read_committed=read_committed, stop=stop, deferred=into)
 
     kind = initializer.kind
     if kind == "earliest":
@@ -304,12 +304,7 @@ def resolve_offsets(
                     out[(topic, partition)] = initializer.explicit[key]
                     break
         if initializer.gap_policy is not None and out:
-            _check_gaps(
-                initializer,
-                cluster_id,
-                out,
-                lambda specs: _list_offsets(admin, specs, timeout, read_committed=read_committed, stop=stop),
-            )
+            _check_gaps(initializer, cluster_id, out, lambda specs: list_offsets(specs, None))
     rest = [tp for tp in partitions if tp not in out]
     if rest and initializer.fallback is not None:
         fallback = initializer.fallback

@@ -65,23 +65,18 @@ def learn_topics(
     if len(wanted) > LEARN_MAX_TOPICS:
         _log.debug("cluster=%s: %d topics: their metadata is left to the client", cluster_id, len(wanted))
         return found
-    requests: list[str | None] = list(wanted)
-    for topic in requests:
+    for topic in wanted:
         if stop is not None and stop.is_set():
             break
         try:
-            if topic is None:
-                answer = consumer.list_topics(timeout=timeout)
-            else:
-                answer = consumer.list_topics(topic, timeout=timeout)
+            answer = consumer.list_topics(topic, timeout=timeout)
         except Exception as exc:
-            _log.debug("cluster=%s: metadata of %s not fetched: %s", cluster_id, topic or wanted, exc)
+            _log.debug("cluster=%s: metadata of %s not fetched: %s", cluster_id, topic, exc)
             continue
-        for name in wanted if topic is None else [topic]:
-            meta = answer.topics.get(name)
-            if meta is not None and meta.error is None:
-                known[name] = frozenset(meta.partitions)
-                found[name] = meta
+        meta = answer.topics.get(topic)
+        if meta is not None and meta.error is None:
+            known[topic] = frozenset(meta.partitions)
+            found[topic] = meta
     return found
 
 
