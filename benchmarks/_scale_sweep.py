@@ -88,8 +88,7 @@ class _Enumerator:
         return self.ledger.commit(checkpoint_id, positions, self.splits, self.clusters, self._committed)
 
     def _committed(self, cluster_id: str, offsets: Any) -> None:
-        for (topic, partition), offset in offsets.items():
-            self.metrics.set_offsets(cluster_id, topic, partition, committed=offset)
+        self.metrics.set_committed(cluster_id, offsets)
 
 
 def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> dict[str, Any]:

@@ -395,8 +395,7 @@ class MultiClusterEnumerator:
     def _committed(self, cluster_id: str, offsets: Offsets) -> None:
         if cluster_id not in self._metadata:
             return  # removed meanwhile: its label sets are gone and must stay gone
-        for (topic, partition), offset in offsets.items():
-            self._metrics.set_offsets(cluster_id, topic, partition, committed=offset)
+        self._metrics.set_committed(cluster_id, offsets)
 
     # ---------------------------------------------------------------------------------------- status
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from multicluster_source.ops._partition_gauges import PartitionGauges
 
 __all__ = [
     "ACTIVE",
@@ -40,6 +42,7 @@ __all__ = [
     "METRIC_NAMES",
     "OFFSET_RESETS",
     "PAUSED",
+    "PER_PARTITION",
     "RECONCILIATIONS",
     "RECORDS",
     "RESTARTS",
@@ -75,6 +78,8 @@ HANDOVERS: Final = "multicluster_source_handovers"
 HANDOVER_REPEATS: Final = "multicluster_source_handover_repeat_bound"
 #: Gauges whose exported value is the sum of every source's own value.
 _SUMMED: Final = frozenset({SPLITS, ACTIVE, PAUSED, HANDOVER_REPEATS})
+#: Gauges with a sample per partition, kept in a :class:`PartitionGauges` instead of gauge children.
+PER_PARTITION: Final = (CURRENT, LAG, COMMITTED)
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,9 @@ class SharedMetrics:
     registry: CollectorRegistry
     counters: dict[str, Counter]
     gauges: dict[str, Gauge]
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock
+    #: the per-partition gauges (:data:`PER_PARTITION`), registered as one collector.
+    partitions: PartitionGauges
     sources: int = 0
     #: label set -> number of sources using it (for metrics that are not summed).
     owners: dict[MetricKey, int] = field(default_factory=dict)
@@ -207,18 +214,27 @@ def acquire(registry: CollectorRegistry) -> SharedMetrics:
         if shared is None:
             counters: dict[str, Counter] = {}
             gauges: dict[str, Gauge] = {}
+            lock = threading.Lock()
+            partitions = PartitionGauges({name: _SPECS[name].doc for name in PER_PARTITION}, lock)
+            registered: list[Any] = []
             try:
+                registry.register(partitions)
+                registered.append(partitions)
                 for spec in _SPECS.values():
+                    if spec.name in PER_PARTITION:
+                        continue
                     if spec.kind is Counter:
                         counters[spec.name] = Counter(spec.name, spec.doc, spec.labels, registry=registry)
+                        registered.append(counters[spec.name])
                     else:
                         gauges[spec.name] = Gauge(spec.name, spec.doc, spec.labels, registry=registry)
+                        registered.append(gauges[spec.name])
             except Exception:
                 # e.g. a name already registered by someone else: leave the registry as it was.
-                for metric in [*counters.values(), *gauges.values()]:
+                for metric in registered:
                     registry.unregister(metric)
                 raise
-            shared = SharedMetrics(registry, counters, gauges)
+            shared = SharedMetrics(registry, counters, gauges, lock, partitions)
             _CACHE[id(registry)] = shared
         shared.sources += 1
         return shared
@@ -231,5 +247,5 @@ def release(shared: SharedMetrics) -> None:
         if shared.sources > 0:
             return
         del _CACHE[id(shared.registry)]
-        for metric in [*shared.counters.values(), *shared.gauges.values()]:
+        for metric in [shared.partitions, *shared.counters.values(), *shared.gauges.values()]:
             shared.registry.unregister(metric)

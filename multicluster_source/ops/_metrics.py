@@ -11,9 +11,9 @@ Threads: every method may be called from reader threads and the coordinator (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from multicluster_source.ops._metric_families import (
     ACTIVE,
@@ -29,6 +29,7 @@ from multicluster_source.ops._metric_families import (
     METADATA_FAILURES,
     OFFSET_RESETS,
     PAUSED,
+    PER_PARTITION,
     RECONCILIATIONS,
     RECORDS,
     RESTARTS,
@@ -39,14 +40,11 @@ from multicluster_source.ops._metric_families import (
     acquire,
     release,
 )
+from multicluster_source.ops._partition_gauges import PartitionKey
 
 __all__ = ["SourceMetrics"]
 
 _Matcher = Callable[[MetricKey], bool]
-
-
-_MAKE_AT_ONCE = 100
-"""Gauges :meth:`SourceMetrics.set_positions` makes per hold of the shared lock (about 2 ms)."""
 
 
 class SourceMetrics:
@@ -74,7 +72,8 @@ class SourceMetrics:
         # Caches read without a lock on the hot path; written only under the shared lock.
         self._consumed: dict[tuple[str, str], tuple[Counter, Counter]] = {}
         self._counter_children: dict[MetricKey, Counter] = {}
-        self._gauge_children: dict[MetricKey, Gauge] = {}
+        # This source's share of the per-partition gauges: name -> cluster -> partitions it set.
+        self._mine: dict[str, dict[str, set[PartitionKey]]] = {name: {} for name in PER_PARTITION}
         # Label sets of summed gauges this source has a part in.
         self._parts: set[MetricKey] = set()
         self._repeat_bound = 0
@@ -116,42 +115,50 @@ class SourceMetrics:
         committed: int | None = None,
     ) -> None:
         """Set the offset gauges of one partition; a gauge whose argument is ``None`` is left unchanged."""
-        labels = (cluster, topic, str(partition))
-        for name, value in ((CURRENT, current), (LAG, lag), (COMMITTED, committed)):
-            if value is not None:
-                child = self._gauge_children.get((name, labels)) or self._gauge_child(name, labels)
-                if child is not None:
-                    child.set(value)
+        key = (topic, partition)
+        with self._shared.lock:
+            for name, value in ((CURRENT, current), (LAG, lag), (COMMITTED, committed)):
+                if value is not None:
+                    self._set_locked(name, cluster, {key: value})
+
+    def set_partition_offsets(
+        self, cluster: str, current: Mapping[PartitionKey, int], lag: Mapping[PartitionKey, int]
+    ) -> None:
+        """Set the current offset and the lag of many partitions of ``cluster`` (``(topic, partition)`` ->
+        value; a partition missing from ``lag`` keeps its lag): one hold of the shared lock and a
+        ``dict.update`` each, whatever the number of partitions new to the gauges."""
+        with self._shared.lock:
+            if current:
+                self._set_locked(CURRENT, cluster, current)
+            if lag:
+                self._set_locked(LAG, cluster, lag)
+
+    def set_committed(self, cluster: str, offsets: Mapping[PartitionKey, int]) -> None:
+        """Set the committed offset of many partitions of ``cluster`` (``(topic, partition)`` -> offset)."""
+        if offsets:
+            with self._shared.lock:
+                self._set_locked(COMMITTED, cluster, offsets)
 
     def set_positions(self, cluster: str, rows: Iterable[tuple[str, int, int, int | None]]) -> None:
-        """:meth:`set_offsets` of many partitions of ``cluster``: ``(topic, partition, current, lag)`` rows
-        (lag None: left unchanged). The gauges not made yet are made a hundred per hold of the shared lock,
-        not one hold a gauge, nor thousands in one (a lag report of thousands of new partitions on several
-        fetch threads at once queued every thread counting a batch behind it)."""
-        children = self._gauge_children
-        todo: list[tuple[tuple[str, Labels], int]] = []
-        missing: list[tuple[str, Labels]] = []
-        for topic, partition, current, lag in rows:
-            labels: Labels = (cluster, topic, str(partition))
-            for name, value in ((CURRENT, current), (LAG, lag)):
-                if value is not None:
-                    key = (name, labels)
-                    todo.append((key, value))
-                    if key not in children:
-                        missing.append(key)
-        shared = self._shared
-        for start in range(0, len(missing), _MAKE_AT_ONCE):  # others' batches get the lock in between
-            with shared.lock:
-                if self._closed:
-                    return
-                for key in missing[start : start + _MAKE_AT_ONCE]:
-                    if key not in children:
-                        children[key] = shared.gauges[key[0]].labels(*key[1])
-                        self._take(key)
-        for key, value in todo:
-            child = children.get(key)
-            if child is not None:
-                child.set(value)
+        """:meth:`set_partition_offsets` from ``(topic, partition, current, lag)`` rows (lag None: left
+        unchanged)."""
+        current: dict[PartitionKey, int] = {}
+        lag: dict[PartitionKey, int] = {}
+        for topic, partition, cur, behind in rows:
+            key = (topic, partition)
+            current[key] = cur
+            if behind is not None:
+                lag[key] = behind
+        self.set_partition_offsets(cluster, current, lag)
+
+    def _set_locked(self, name: str, cluster: str, values: Mapping[PartitionKey, float]) -> None:
+        """Caller holds the shared lock."""
+        if self._closed:
+            return
+        mine = self._mine[name].get(cluster)
+        if mine is None:
+            mine = self._mine[name][cluster] = set()
+        self._shared.partitions.set_many(name, cluster, values, mine)
 
     def set_assigned_splits(self, cluster: str, n: int) -> None:
         """Set how many splits of ``cluster`` this source has assigned to its readers."""
@@ -218,16 +225,26 @@ class SourceMetrics:
 
     def remove_partition(self, cluster: str, topic: str, partition: int) -> None:
         """Remove the offset gauges of one partition."""
-        labels = (cluster, topic, str(partition))
-        self._remove(lambda key: key[1] == labels)
+        key = (topic, partition)
+        with self._shared.lock:
+            if not self._closed:
+                self._release_locked(cluster, lambda mine: [key] if key in mine else [])
 
     def remove_topic(self, cluster: str, topic: str) -> None:
         """Remove every label set of ``topic`` on ``cluster``, its partitions' gauges included."""
-        self._remove(lambda key: len(key[1]) >= 2 and key[1][0] == cluster and key[1][1] == topic)
+        with self._shared.lock:
+            if self._closed:
+                return
+            self._remove_locked(lambda key: len(key[1]) >= 2 and key[1][0] == cluster and key[1][1] == topic)
+            self._release_locked(cluster, lambda mine: [k for k in mine if k[0] == topic])
 
     def remove_cluster(self, cluster: str) -> None:
         """Remove every label set carrying ``cluster``; afterwards no sample of this source names it."""
-        self._remove(lambda key: len(key[1]) >= 1 and key[1][0] == cluster)
+        with self._shared.lock:
+            if self._closed:
+                return
+            self._remove_locked(lambda key: len(key[1]) >= 1 and key[1][0] == cluster)
+            self._release_locked(cluster, list)
 
     def close(self) -> None:
         """Remove this source's label sets; unregister the metrics when no other source uses the registry.
@@ -239,6 +256,9 @@ class SourceMetrics:
                 return
             self._closed = True
             self._remove_locked(lambda key: True)
+            for clusters in self._mine.values():
+                for cluster in list(clusters):
+                    self._release_locked(cluster, list)
         release(self._shared)
 
     # ---------------------------------------------------------------------------------------------- helpers
@@ -260,19 +280,6 @@ class SourceMetrics:
                     return
                 child = self._own_counter((name, labels))
         child.inc()
-
-    def _gauge_child(self, name: str, labels: Labels) -> Gauge | None:
-        key = (name, labels)
-        shared = self._shared
-        with shared.lock:
-            if self._closed:
-                return None
-            child = self._gauge_children.get(key)
-            if child is None:
-                child = shared.gauges[name].labels(*labels)
-                self._take(key)
-                self._gauge_children[key] = child
-            return child
 
     def _own_counter(self, key: MetricKey) -> Counter:
         """The counter child of ``key``, taking a share of it.  Caller holds the shared lock."""
@@ -299,23 +306,30 @@ class SourceMetrics:
             gauge = shared.gauges[name]
             (gauge.labels(*labels) if labels else gauge).set(sum(parts.values()))
 
-    def _remove(self, match: _Matcher) -> None:
-        with self._shared.lock:
-            if not self._closed:
-                self._remove_locked(match)
+    def _release_locked(
+        self, cluster: str, which: Callable[[set[PartitionKey]], Iterable[PartitionKey]]
+    ) -> None:
+        """Drop this source's share of the per-partition gauges of ``cluster`` that ``which`` picks from
+        those it set.  Caller holds the shared lock."""
+        for name, clusters in self._mine.items():
+            mine = clusters.get(cluster)
+            if not mine:
+                continue
+            keys = list(which(mine))
+            mine.difference_update(keys)
+            if not mine:
+                del clusters[cluster]
+            self._shared.partitions.release(name, cluster, keys)
 
     def _remove_locked(self, match: _Matcher) -> None:
         """Drop this source's share of every label set ``match`` selects.  Caller holds the shared lock."""
         shared = self._shared
         for labels in [k for k in self._consumed if match((RECORDS, k))]:
             del self._consumed[labels]
-        owned: list[tuple[MetricKey, Counter | Gauge]] = []
+        owned: list[tuple[MetricKey, Counter]] = []
         for ckey in [k for k in self._counter_children if match(k)]:
             owned.append((ckey, shared.counters[ckey[0]]))
             del self._counter_children[ckey]
-        for gkey in [k for k in self._gauge_children if match(k)]:
-            owned.append((gkey, shared.gauges[gkey[0]]))
-            del self._gauge_children[gkey]
         for key, metric in owned:
             left = shared.owners[key] - 1
             if left:

@@ -336,3 +336,50 @@ def test_positions_of_many_partitions_set_the_gauges_set_offsets_would() -> None
     many.close()
     many.set_positions("east", [("t", 9, 1, 1)])  # closed: nothing is made again
     assert value(many, "current_offset", "t", 9) is None
+
+
+def test_partition_gauges_shared_by_two_sources(registry: CollectorRegistry) -> None:
+    a, b = SourceMetrics(registry, "a"), SourceMetrics(registry, "b")
+    labels = {"cluster": "east", "topic": "orders", "partition": "0"}
+    get = registry.get_sample_value
+    a.set_partition_offsets("east", {("orders", 0): 5}, {("orders", 0): 2})
+    b.set_partition_offsets("east", {("orders", 0): 7}, {})
+    b.set_committed("east", {("orders", 0): 6})
+    assert get("multicluster_source_current_offset", labels) == 7  # the value written last
+    assert get("multicluster_source_records_lag", labels) == 2
+    assert get("multicluster_source_committed_offset", labels) == 6
+
+    a.remove_cluster("east")  # b still reads the partition: its samples stay
+    assert get("multicluster_source_current_offset", labels) == 7
+    assert get("multicluster_source_records_lag", labels) is None  # only a had set it
+    b.remove_partition("east", "orders", 0)
+    assert not [s for s in source_samples(registry) if s[1].get("cluster") == "east"]
+    a.close()
+    b.close()
+    assert list(registry.collect()) == []
+
+
+def test_partition_gauge_name_clash_leaves_registry_untouched(registry: CollectorRegistry) -> None:
+    from prometheus_client import Gauge
+
+    other = Gauge("multicluster_source_records_lag", "someone else's", registry=registry)
+    with pytest.raises(ValueError):
+        SourceMetrics(registry, "a")
+    assert [f.name for f in registry.collect()] == ["multicluster_source_records_lag"]
+    registry.unregister(other)
+
+
+def test_partition_offsets_cost_no_tracked_objects_per_partition(metrics: SourceMetrics) -> None:
+    """The garbage collector's full passes walk every tracked object: 10,000 partitions' three gauges must
+    not add objects per partition (prometheus-client children made three each: 30,000 for these)."""
+    import gc
+
+    keys = [(f"t{i // 100}", i % 100) for i in range(10_000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    metrics.set_partition_offsets("east", {k: 1 for k in keys}, {k: 0 for k in keys})
+    metrics.set_committed("east", {k: 1 for k in keys})
+    metrics.set_partition_offsets("east", {k: 2 for k in keys}, {})
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+    assert sum(1 for s in source_samples(metrics.registry) if s[0].endswith("_offset")) == 20_000
