@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from multicluster_source.enumerator._describe import describe_partitions
 from multicluster_source.enumerator._offsets import (
     OffsetsInitializer,
     await_result,
@@ -28,8 +30,6 @@ from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import ClientErrorReporter, client_logging
 
 _log = logging.getLogger("multicluster_source.enumerator")
-
-_UNKNOWN_TOPIC = -188  # KafkaError._UNKNOWN_TOPIC: librdkafka's own "unknown topic" (a missing topic)
 
 AdminFactory = Callable[[Mapping[str, Any]], Any]
 
@@ -188,41 +188,13 @@ class KafkaClusterEnumerator:
             if callable(serve):
                 serve(0)
 
-    def _topic_partitions(
-        self, admin: Any, topics: frozenset[str]
-    ) -> tuple[list[tuple[str, int]], list[str], dict[tuple[str, int], int]]:
-        """(partitions found, topics missing, leader node id of each partition) of ``topics``: one
-        DescribeTopics request (only these topics), its answers awaited a slice at a time."""
-        from confluent_kafka import KafkaException, TopicCollection
-
-        found: list[tuple[str, int]] = []
-        missing: list[str] = []
-        leaders: dict[tuple[str, int], int] = {}
-        if not topics:
-            return found, missing, leaders
-        timeout = self.config.request_timeout_s
-        futures = admin.describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout)
-        for topic in sorted(topics):
-            try:
-                description = await_result(futures[topic], timeout + 5, self._closing)
-            except KafkaException as exc:
-                error: Any = exc.args[0] if exc.args else None
-                code = int(error.code()) if hasattr(error, "code") else -1
-                if code < 0 and code != _UNKNOWN_TOPIC:
-                    raise  # local: the cluster did not answer (down, timed out, ...)
-                missing.append(topic)  # absent (or not authorized): keep looking
-                continue
-            for info in sorted(description.partitions, key=lambda i: i.id):
-                found.append((topic, int(info.id)))
-                leader = getattr(info, "leader", None)
-                leaders[(topic, int(info.id))] = -1 if leader is None else int(leader.id)
-        return found, missing, leaders
-
     def _discover_with(
         self, admin: Any, topics: frozenset[str], known: frozenset[tuple[str, int]], seen: frozenset[str]
     ) -> _Discovered:
         config = self.config
-        found, missing, leaders = self._topic_partitions(admin, topics)
+        found, missing, leaders = describe_partitions(
+            admin, topics, Counter(t for t, _p in known), config.request_timeout_s, self._closing
+        )
         leader_racks: dict[tuple[str, int], str | None] = {}
         if config.leader_racks and leaders:
             nodes = await_result(
