@@ -3,13 +3,25 @@
 It wraps a :class:`HybridStream`. Taking records is non-blocking (the stage's ``poll`` with ``timeout=0``,
 on the loop's thread, never switching there); between tries it sleeps on the loop (5 ms, growing to 50 ms
 while nothing comes). Blocking work runs in the loop's default executor: opening, the switch to the next
-stage (which opens its clients), checkpoints and closing. A ``poll`` cancelled while it sleeps has taken
-nothing; ``async for`` takes one record per step, so a checkpoint covers exactly the records handed out.
+stage (which opens its clients), capturing checkpoints, writing them, and closing. A ``poll`` cancelled
+while it sleeps has taken nothing; ``async for`` takes one record per step, so a checkpoint covers exactly
+the records handed out.
+
+Checkpoints, as on :class:`AsyncSourceStream`: a ``poll`` due for a periodic one (``checkpoint_interval``)
+only captures it (:meth:`HybridStream.capture_checkpoint` in the executor: exact, what was returned before
+it) and goes on; it is written in the background (a Kafka stage's source checkpoint on that source's
+checkpoint thread, then the hybrid state in the executor) and the stage is told on the loop's thread once it
+is durable. None is taken while the last one is being written; one that failed is logged and raised by the
+next ``poll`` due for a checkpoint. ``checkpoint()`` waits for the one under way, then captures its own and
+returns once it is durable. A switch and ``close()`` wait for the checkpoint under way first. One step in
+the executor touches the stream at a time (a capture, a switch): a ``poll`` waits for it before it takes
+records, also one whose caller was cancelled (what such a capture raised, the next ``poll`` raises).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
@@ -23,7 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncHybridStream"]
 
+_log = logging.getLogger("multicluster_source.hybrid")
 T = TypeVar("T")
+Captured = tuple[int, Callable[[], None], Callable[[], None]]
+"""What :meth:`HybridStream.capture_checkpoint` returns: (id, write, commit)."""
 _FIRST_SLEEP_S = 0.005
 _MAX_SLEEP_S = 0.05
 
@@ -45,6 +60,18 @@ def _ready_batches(stream: HybridStream, max_records: int) -> list[MessageBatch]
     if out:
         stream._delivered()
     return out
+
+
+def _stage_busy(stream: HybridStream) -> bool:
+    """A Kafka stage's source would make a periodic checkpoint wait (see :attr:`Checkpointer.busy`)."""
+    checkpointer = getattr(getattr(stream._reader, "stream", None), "_checkpointer", None)
+    return checkpointer is not None and bool(checkpointer.busy)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a future's outcome as seen (a failed background checkpoint is logged and kept)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _fetch_in_threads(stream: HybridStream) -> None:
@@ -70,12 +97,16 @@ class AsyncHybridStream:
         self._stream: HybridStream | None = None
         self._closed = False
         self._last_checkpoint = time.monotonic()
-        self._lock: asyncio.Lock | None = None
+        self._busy: asyncio.Future[None] | None = (
+            None  # a checkpoint (capture to write) or a switch is under way
+        )
+        self._step: asyncio.Future[Any] | None = None  # the capture or switch running in the executor
+        self._step_error: BaseException | None = None  # of a capture whose caller was cancelled
+        self._background_error: BaseException | None = None  # of the last periodic checkpoint's write
 
     async def open(self) -> AsyncHybridStream:
         """Open the hybrid stream (in the executor)."""
         if self._stream is None:
-            self._lock = asyncio.Lock()
             self._stream = await asyncio.to_thread(self._opener)
             _fetch_in_threads(self._stream)
             self._last_checkpoint = time.monotonic()
@@ -113,18 +144,34 @@ class AsyncHybridStream:
         deadline = time.monotonic() + timeout
         sleep = _FIRST_SLEEP_S
         while True:
+            await self._idle()  # another task's capture or switch may have begun while this one slept
             out = take(stream)
             if out or self._closed or stream.finished:
                 return out
             if stream.switch_due():
-                await asyncio.to_thread(stream.switch)
-                _fetch_in_threads(stream)
+                await self._switch(stream)
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return out
             await asyncio.sleep(min(sleep, remaining))
             sleep = min(sleep * 2, _MAX_SLEEP_S)
+
+    async def _switch(self, stream: HybridStream) -> None:
+        """The switch in the executor, once the checkpoint under way is written (the state files stay in
+        order); polls wait for it, also when this call is cancelled."""
+        await self._acquire()
+        if not stream.switch_due():
+            self._release()
+            return
+
+        def switch() -> None:
+            stream.switch()
+            _fetch_in_threads(stream)
+
+        step = self._step = asyncio.ensure_future(asyncio.to_thread(switch))
+        step.add_done_callback(lambda _: self._release())
+        await self._await_step(step)
 
     def __aiter__(self) -> AsyncHybridStream:
         return self
@@ -153,25 +200,120 @@ class AsyncHybridStream:
         """The hybrid stream's status (see :meth:`HybridStream.status`)."""
         return self.stream.status()
 
+    # ----------------------------------------------------------------------------------- checkpoints
+
     async def checkpoint(self) -> int:
-        """A checkpoint covering every record returned (in the executor); its id once durable."""
+        """A checkpoint covering every record returned (after the one under way): captured in the executor,
+        then written; its id once it is durable (a Kafka stage's offsets committed)."""
         stream = self.stream
-        assert self._lock is not None
-        async with self._lock:
-            checkpoint_id = await asyncio.shield(asyncio.to_thread(stream.checkpoint))
-            self._last_checkpoint = time.monotonic()
-            return checkpoint_id
+        await self._acquire()
+        step, task = self._begin(stream, background=False)
+        try:
+            return await asyncio.shield(task)  # a cancelled call must not stop the checkpoint
+        except asyncio.CancelledError:
+            step.add_done_callback(self._keep_step_error)
+            task.add_done_callback(_retrieved)
+            raise
 
     async def _checkpoint_if_due(self) -> None:
-        if self._interval is None or self._closed or self._lock is None or self._lock.locked():
+        """Before a poll takes records: wait for a step another call began (raise what a capture whose caller
+        was cancelled raised); when a periodic checkpoint is due and none is under way, raise what the last
+        one's write raised, or capture one in the executor and go on while it is written."""
+        await self._idle()
+        if self._interval is None or self._closed or self._busy is not None:
             return
-        if time.monotonic() - self._last_checkpoint >= self._interval:
-            await self.checkpoint()
+        stream = self.stream
+        if time.monotonic() - self._last_checkpoint < self._interval or _stage_busy(stream):
+            return
+        error, self._background_error = self._background_error, None
+        if error is not None:
+            self._last_checkpoint = time.monotonic()
+            raise error
+        await self._acquire()  # free: nothing is under way
+        step, _task = self._begin(stream, background=True)
+        await self._await_step(step)
+
+    def _begin(
+        self, stream: HybridStream, *, background: bool
+    ) -> tuple[asyncio.Future[Captured], asyncio.Task[int]]:
+        """Under :meth:`_acquire`: start the capture in the executor, and the task that writes it and
+        releases at its end."""
+        self._last_checkpoint = time.monotonic()
+        step: asyncio.Future[Captured] = asyncio.ensure_future(asyncio.to_thread(stream.capture_checkpoint))
+        self._step = step
+        step.add_done_callback(_retrieved)
+        task = asyncio.ensure_future(self._finish(step, stream.name, background))
+        if background:
+            task.add_done_callback(_retrieved)  # what it raised is kept for the next due poll
+        return step, task
+
+    async def _finish(self, step: asyncio.Future[Captured], name: str, background: bool) -> int:
+        """Write a captured checkpoint in the executor, then tell the stage on the loop's thread (no other
+        step runs: this one is under way). A failed write is logged; ``background`` (no caller awaits it):
+        what it raised is kept for the next due poll."""
+        try:
+            checkpoint_id, write, commit = await step  # a failed capture: its caller raises it
+            try:
+                await asyncio.to_thread(write)
+                commit()
+            except Exception as exc:
+                _log.error("source=%s: checkpoint %d failed: %s", name, checkpoint_id, exc)
+                if background:
+                    self._background_error = exc
+                raise
+            return checkpoint_id
+        finally:
+            self._release()
+
+    async def _acquire(self) -> None:
+        """Wait until no checkpoint is under way and no switch runs; then this call's one is."""
+        while self._busy is not None:
+            await asyncio.wait({self._busy})
+        self._busy = asyncio.get_running_loop().create_future()
+
+    def _release(self) -> None:
+        busy, self._busy = self._busy, None
+        if busy is not None and not busy.done():
+            busy.set_result(None)
+
+    async def _await_step(self, step: asyncio.Future[Any]) -> None:
+        """Wait for ``step`` (raising what it raised); a cancelled caller leaves it running, and what it
+        raises is raised by the next ``poll``."""
+        try:
+            await asyncio.shield(step)
+        except asyncio.CancelledError:
+            step.add_done_callback(self._keep_step_error)
+            raise
+
+    async def _idle(self) -> None:
+        """Wait for the step in the executor another call began; raise what a step whose caller was
+        cancelled raised."""
+        step = self._step
+        if step is not None and not step.done():
+            await asyncio.wait({step})
+        error, self._step_error = self._step_error, None
+        if error is not None:
+            raise error
+
+    def _keep_step_error(self, step: asyncio.Future[Any]) -> None:
+        """Its caller was cancelled: what the step raised is raised by the next ``poll``."""
+        if not step.cancelled() and step.exception() is not None:
+            self._step_error = step.exception()
+
+    # --------------------------------------------------------------------------------------- closing
 
     async def close(self) -> None:
-        """Close the stream (in the executor). Idempotent."""
+        """Close the stream (in the executor) once the checkpoint under way is written. Idempotent; runs to
+        its end even when the awaiting task is cancelled."""
         if self._closed:
             return
         self._closed = True
         if self._stream is not None:
-            await asyncio.shield(asyncio.to_thread(self._stream.close))
+            await asyncio.shield(asyncio.ensure_future(self._close(self._stream)))
+
+    async def _close(self, stream: HybridStream) -> None:
+        await self._acquire()  # the checkpoint under way is written first (what it raised was logged)
+        try:
+            await asyncio.to_thread(stream.close)
+        finally:
+            self._release()  # a checkpoint() after close() raises StreamClosedError from its capture

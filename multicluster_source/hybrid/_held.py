@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
@@ -85,11 +85,17 @@ class Held:
             out.append(record)
         return out
 
-    def view(self, reader: StageReader) -> tuple[dict[str, Any] | None, dict[str, int]]:
-        """What a checkpoint stores now: (the stage's snapshot, the skip filter)."""
+    def view(self, reader: StageReader) -> tuple[dict[str, Any] | None, dict[str, int], Callable[[], object]]:
+        """What a checkpoint stores now: (the stage's snapshot, the skip filter, ``durable``). A stage with
+        ``capture()`` (the Kafka stage) captures its own checkpoint now and writes it on a thread of its own;
+        ``durable()`` waits for that (and raises what it raised). Other stages' snapshots are values."""
         if self.buffer:
-            return self._pre, dict(self._pre_skip)
-        return reader.snapshot(), dict(self.skip)
+            return self._pre, dict(self._pre_skip), _nothing
+        capture = getattr(reader, "capture", None)
+        if capture is None:
+            return reader.snapshot(), dict(self.skip), _nothing
+        snapshot, durable = capture()
+        return snapshot, dict(self.skip), durable
 
     def reset(self) -> None:
         """A new stage: nothing held, no filter."""
@@ -127,6 +133,10 @@ class Held:
             if kept:
                 out.append(MessageBatch(batch.cluster_id, kept))
         return out
+
+
+def _nothing() -> None:
+    """``durable`` of a snapshot that is a value: nothing to wait for."""
 
 
 def iterate(stream: _Stream) -> Iterator[SourceRecord]:

@@ -15,7 +15,7 @@ Threads: the hybrid stream calls every method on its caller's thread; the source
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client import CollectorRegistry
@@ -24,6 +24,7 @@ from multicluster_source.enumerator._offsets import OffsetsInitializer, handover
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
+from multicluster_source.runtime._async import capture_checkpoint
 
 if TYPE_CHECKING:
     from multicluster_source._source import MultiClusterKafkaSource
@@ -137,8 +138,16 @@ class KafkaStageReader:
     def snapshot(self) -> dict[str, Any]:
         """Takes a checkpoint of the source (in the stage's work directory; offsets committed with a group
         id) and names it."""
-        checkpoint_id = self.stream.checkpoint()
-        return {"v": 1, "kind": "kafka", "checkpoint_id": checkpoint_id}
+        snapshot, durable = self.capture()
+        durable()
+        return snapshot
+
+    def capture(self) -> tuple[dict[str, Any], Callable[[], object]]:
+        """:meth:`snapshot` without waiting (optional in the protocol): the source's checkpoint is captured
+        now, exact, by its :class:`Checkpointer`, whose thread writes and commits it; ``durable()`` waits for
+        that (any thread) and raises what it raised."""
+        checkpoint_id, done = capture_checkpoint(self.stream)
+        return {"v": 1, "kind": "kafka", "checkpoint_id": checkpoint_id}, done.result
 
     def commit(self, snapshot_id: int) -> None:
         """Nothing more: the source's checkpoint committed its offsets already."""

@@ -13,6 +13,8 @@ A stage whose records carry no offsets hands over a time instead (``timestamp_ms
 Optional: a reader may offer ``iterate() -> Iterator[SourceRecord]``, its own blocking iterator that ends
 when the stage has finished or was closed, and after which a :meth:`StageReader.snapshot` covers exactly the
 records it handed out; the hybrid stream's ``for`` loop then uses it instead of a ``poll`` per record.
+Optional too: ``capture() -> (snapshot, durable)``, a :meth:`StageReader.snapshot` whose stage writes its own
+part on a thread of its own (the Kafka stage: its source's checkpoint); ``durable()`` waits for that.
 
 State: :meth:`StageReader.snapshot` returns a JSON-ready dict, carrying a ``"v"`` version, that covers
 exactly the records returned so far; :meth:`HybridStage.open_stage` with ``restored=`` that dict goes on
@@ -112,7 +114,9 @@ class StageReader(Protocol):
         ...
 
     def commit(self, snapshot_id: int) -> None:
-        """A checkpoint holding the last :meth:`snapshot` is durable (a Kafka stage commits offsets)."""
+        """A checkpoint holding the :meth:`snapshot` of that id is durable (a Kafka stage's source commits its
+        own offsets). An asyncio stream calls it on the loop's thread once a checkpoint written in the
+        background is durable, possibly after more records were polled."""
         ...
 
     def status(self) -> dict[str, Any]:

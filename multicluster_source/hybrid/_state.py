@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from multicluster_source.exceptions import CheckpointError
 from multicluster_source.hybrid._stage import StageHandover
 
-__all__ = ["HybridState", "HybridStateStore", "checked_restore"]
+__all__ = ["HybridState", "HybridStateStore", "checked_restore", "write_state"]
 
 _NAME = re.compile(r"^hybrid-(\d{12})\.json$")
 _log = logging.getLogger("multicluster_source.hybrid")
@@ -99,7 +99,8 @@ class HybridState:
 
 
 class HybridStateStore:
-    """Writes and reads the hybrid checkpoints of one directory (caller's thread only)."""
+    """Writes and reads the hybrid checkpoints of one directory (one thread at a time: the stream's, or the
+    asyncio stream's background write while no switch runs)."""
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3) -> None:
         self.directory = Path(directory)
@@ -176,3 +177,11 @@ def checked_restore(state: HybridState, path: str, names: tuple[str, ...], sourc
         "" if state.snapshot is not None else ", from its start or handover",
     )
     return state
+
+
+def write_state(durable: Callable[[], object], store: HybridStateStore | None, state: HybridState) -> None:
+    """A captured checkpoint's ``write`` (see :meth:`HybridStream.capture_checkpoint`): wait until the stage's
+    own part of it is durable (``durable()`` raises what writing that raised), then write ``state``."""
+    durable()
+    if store is not None:
+        store.write(state)

@@ -10,8 +10,10 @@ restores correctly, see :mod:`._state`):
 3. ``closed``: stage i's reader is closed;
 4. ``opened``: stage i+1 is opened with ``start=H``.
 
-Threads: every method is called from the caller's thread (as for a :class:`SourceStream`); the admin
-server calls ``status()``, ``health()`` and the registry from its request threads (they only read).
+Threads: every method is called from the caller's thread (as for a :class:`SourceStream`), but the
+``write`` of :meth:`HybridStream.capture_checkpoint` may run on another while the stream goes on (the asyncio
+stream's periodic checkpoints); the admin server calls ``status()``, ``health()`` and the registry from its
+request threads (they only read).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from multicluster_source.hybrid._columns import columnar, skip_columns, take_col
 from multicluster_source.hybrid._held import Held, as_batches, iterate
 from multicluster_source.hybrid._metrics import HybridMetrics
 from multicluster_source.hybrid._stage import HybridStage, StageHandover, StageReader
-from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore
+from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore, write_state
 from multicluster_source.hybrid._status import hybrid_status, log_switch, stage_secrets, switch_summary
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 
@@ -300,17 +302,24 @@ class HybridStream:
     def checkpoint(self) -> int:
         """A checkpoint covering every record already returned and the handover into the current stage;
         returns its id once it is durable."""
+        checkpoint_id, write, commit = self.capture_checkpoint()
+        write()
+        commit()
+        return checkpoint_id
+
+    def capture_checkpoint(self) -> tuple[int, Callable[[], None], Callable[[], None]]:
+        """:meth:`checkpoint` in parts: (id, write, commit). Captured now, exact; ``write()`` makes it durable
+        (a Kafka stage's source checkpoint, then the hybrid state) on any thread while the stream goes on, one
+        at a time, in order, not during a switch or close; then ``commit()`` on this stream's thread."""
         reader = self._current("checkpoint()")
-        snapshot, skip = self._held.view(reader)
+        snapshot, skip, durable = self._held.view(reader)
         checkpoint_id = self._state.checkpoint_id + 1
-        self._state = self._state.with_changes(
+        self._state = state = self._state.with_changes(
             snapshot=snapshot, skip=skip, checkpoint_id=checkpoint_id, watermark=self.watermark
         )
-        if self._store is not None:
-            self._store.write(self._state)
-        reader.commit(checkpoint_id)
         self._last_checkpoint = time.monotonic()
-        return checkpoint_id
+        write = functools.partial(write_state, durable, self._store, state)
+        return checkpoint_id, write, functools.partial(reader.commit, checkpoint_id)
 
     # ------------------------------------------------------------------------------------------- status
 

@@ -240,7 +240,7 @@ class AsyncSourceStream:
         """Take a checkpoint covering every record already returned (captured in the executor); returns its
         id once it is durable and, with a group id, committed (after the checkpoints taken before it)."""
         stream = self._opened()
-        checkpoint_id, done = await self._capture(lambda: _take_checkpoint(stream))
+        checkpoint_id, done = await self._capture(lambda: capture_checkpoint(stream))
         written = asyncio.wrap_future(done)
         written.add_done_callback(_retrieved)  # also when this call is cancelled meanwhile
         await asyncio.shield(written)  # a cancelled call must not cancel the checkpoint thread's future
@@ -314,12 +314,13 @@ def _close_when_opened(future: asyncio.Future[SourceStream]) -> None:
     threading.Thread(target=stream.close, name=f"mcs-close-{stream.name}").start()
 
 
-__all__ = ["AsyncSourceStream"]
+__all__ = ["AsyncSourceStream", "capture_checkpoint"]
 
 
-def _take_checkpoint(stream: SourceStream) -> tuple[int, Future[Any]]:
-    """In the executor: capture a checkpoint of what was returned so far (as ``SourceStream.checkpoint``,
-    without waiting): its id, and the checkpoint thread's future of it."""
+def capture_checkpoint(stream: SourceStream) -> tuple[int, Future[Any]]:
+    """In the executor (or the stream's thread): capture a checkpoint of what was returned so far (as
+    ``SourceStream.checkpoint``, without waiting): its id, and the checkpoint thread's future of it (also the
+    hybrid source's Kafka stage's capture)."""
     stream._raise_if_failed()
     checkpoint_id = stream._next_checkpoint_id()
     return checkpoint_id, stream._checkpointer.take(checkpoint_id, stream._write)

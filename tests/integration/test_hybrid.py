@@ -6,7 +6,8 @@
 - an archive that ends before the cluster's retention start fails naming the split, or with
   ``gap_policy="warn"`` goes on from the earliest offset;
 - ``run()`` delegates the live stage to the source's own run;
-- ``kill -9`` of a job process at each step of the switch, then a restart: nothing lost.
+- ``kill -9`` of a job process at each step of the switch, then a restart: nothing lost;
+- ``open_async``: a periodic checkpoint in the live stage, captured by the due ``poll``, restores exactly.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from multicluster_source import (
     SourceRecord,
     StaticMetadataService,
 )
+from multicluster_source.hybrid._async import _stage_busy
+from multicluster_source.hybrid._state import HybridStateStore
 from multicluster_source.testing import InMemoryArchiveStage
 
 pytestmark = pytest.mark.integration
@@ -335,6 +338,48 @@ def test_open_async_archive_then_kafka(kafka_cluster: Cluster, tmp_path: Path) -
         return out
 
     assert asyncio.run(main()) == list(range(60))
+
+
+def test_open_async_periodic_checkpoint_in_the_live_stage_is_exact(
+    kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    """A ``poll`` due for a checkpoint in the Kafka stage only captures it (the source's checkpoint goes to its
+    checkpoint thread, the hybrid state is written in the background); the restore goes on right after the
+    records returned before that ``poll``, also those returned while it was written come again."""
+    topic = kafka_cluster.create_topic("hyp", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(150), partition=p)
+    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(50) for p in (0, 1)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    ckpt = tmp_path / "ckpt"
+
+    async def main() -> tuple[list[SourceRecord], list[SourceRecord]]:
+        before: list[SourceRecord] = []
+        async with hybrid.open_async(2, checkpoint_dir=str(ckpt), checkpoint_interval=3600.0) as stream:
+            while len(before) < 170 or stream.stream.stage == 0:
+                before += await stream.poll(1.0, 10)
+            while _stage_busy(stream.stream):  # the enumerator in a change would defer it to a later poll
+                await asyncio.sleep(0.05)
+            stream._last_checkpoint = float("-inf")  # due now
+            after: list[SourceRecord] = []
+            while not after:
+                after += await stream.poll(1.0, 10)  # captured the checkpoint of `before`
+            after += await stream.poll(1.0, 10)
+        return before, after
+
+    before, after = asyncio.run(main())
+    found = HybridStateStore(ckpt).latest()
+    assert found is not None and found[0].stage == 1 and found[0].snapshot is not None
+    assert found[0].snapshot["kind"] == "kafka"
+    with hybrid.open(parallelism=2, checkpoint_dir=str(ckpt)) as stream:
+        second = list(stream)
+    assert not {_key(r) for r in before} & {_key(r) for r in second}
+    assert {_key(r) for r in after} <= {_key(r) for r in second}
+    assert {_key(r) for r in before} | {_key(r) for r in second} == {
+        ("c", p, o) for p in (0, 1) for o in range(150)
+    }
+    assert len(second) == 300 - len(before)
 
 
 def test_worked_example_from_the_guide_runs(kafka_clusters) -> None:
