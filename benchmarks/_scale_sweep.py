@@ -220,7 +220,8 @@ def measure_stream(spec: dict[str, Any]) -> dict[str, Any]:
                 assigned_at = time.perf_counter() - started
         out["all_assigned_s"] = assigned_at
         out["all_first_records_s"] = time.perf_counter() - started if len(seen) >= total else None
-        settle = time.monotonic() + 3.0  # periodic checkpoints with nothing moving
+        # periodic checkpoints with nothing moving (long enough for a discovery round: --settle)
+        settle = time.monotonic() + float(spec.get("settle_s", 3.0))
         while time.monotonic() < settle:
             t0 = time.perf_counter()
             stream.poll(timeout=0.05)
@@ -354,7 +355,7 @@ def _warm_offsets_topic(cluster: Any, topic: str) -> None:
 
 
 def sweep_kafka(
-    sizes: Sequence[int], baseline_ref: str | None, heap: str, brokers: int = 1
+    sizes: Sequence[int], baseline_ref: str | None, heap: str, brokers: int = 1, settle_s: float = 3.0
 ) -> list[dict[str, Any]]:
     """Topics for the largest size on ``brokers`` single-node clusters; every size reads a prefix of them (2
     logical clusters on one broker, else one logical cluster per broker)."""
@@ -381,7 +382,10 @@ def sweep_kafka(
         trees.extend([baseline] if baseline is not None else [])
         for size in sizes:
             k = size // (100 * logical)
-            spec = {"logical": {c: [home[c].bootstrap_servers, t[:k]] for c, t in names.items()}}
+            spec: dict[str, Any] = {
+                "logical": {c: [home[c].bootstrap_servers, t[:k]] for c, t in names.items()},
+                "settle_s": settle_s,
+            }
             row: dict[str, Any] = {"splits": k * 100 * logical, "brokers": brokers}
             if baseline is not None:
                 row["before"] = run_child(spec, baseline)
@@ -425,6 +429,7 @@ def run_sweep(
     baseline_ref: str | None,
     heap: str,
     brokers: int = 1,
+    settle_s: float = 3.0,
 ) -> dict[str, Any]:
     """Every figure of the sweep: in-process sizes first, then real Kafka sizes."""
     result: dict[str, Any] = {
@@ -439,7 +444,7 @@ def run_sweep(
         print(f"  in-process {n} splits: {json.dumps(row)}", flush=True)
         result["in_process"].append(row)
     if kafka:
-        result["kafka"] = sweep_kafka(kafka, baseline_ref, heap, brokers)
+        result["kafka"] = sweep_kafka(kafka, baseline_ref, heap, brokers, settle_s)
     return result
 
 

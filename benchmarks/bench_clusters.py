@@ -70,6 +70,8 @@ PARTITIONS = 2
 PARALLELISM = 2
 DISCOVERY_INTERVAL_MS = 600_000
 TIMEOUT_S = 120.0
+IDLE_S = 5.0
+"""Seconds the idle CPU of the source and of the brokers is measured over."""
 
 
 def log(message: str) -> None:
@@ -222,6 +224,7 @@ def measure(
         running = snapshot()
         out["running"] = running
         out["per_cluster"] = {k: (running[k] - before[k]) / n for k in running}
+        out["idle_cpu"] = idle_cpu(stream)
         t0 = time.perf_counter()
         stream.checkpoint()
         out["checkpoint_s"] = time.perf_counter() - t0
@@ -237,6 +240,40 @@ def measure(
     gc.collect()
     out["after_close"] = snapshot()
     return out
+
+
+def _cpu_s(pid: int | str) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> list[str]:
+    """This process's child processes (the brokers, when they run as processes)."""
+    out: list[str] = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            out += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return out
+
+
+def idle_cpu(stream: Any, seconds: float = IDLE_S) -> dict[str, float]:
+    """Cores the source's process and the brokers' processes use while the stream is polled and nothing is
+    written (the cost of idle consumers: their fetches and what answers them)."""
+    kids = _children()
+    me0, kids0, t0 = _cpu_s(os.getpid()), sum(map(_cpu_s, kids)), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        stream.poll(timeout=0.05)
+    elapsed = time.perf_counter() - t0
+    return {
+        "source_cores": (_cpu_s(os.getpid()) - me0) / elapsed,
+        "brokers_cores": (sum(map(_cpu_s, kids)) - kids0) / elapsed,
+    }
 
 
 def malloc_trim() -> bool:

@@ -475,12 +475,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kafka", default="1000,4000,10000", help="sweep: sizes on a real broker ('' skips)")
     parser.add_argument("--kafka-brokers", type=int, default=1, help="sweep: single-node Kafka clusters")
     parser.add_argument("--changes", type=int, default=1000, help="sweep: positions moved per checkpoint")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=3.0,
+        help="sweep: seconds of polling after every split's record (periodic checkpoints; 45 s covers a "
+        "discovery round and ~90 checkpoints for a p99)",
+    )
     parser.add_argument("--baseline", default=None, help="sweep: git ref measured as 'before' on Kafka")
     args = parser.parse_args(argv)
     if args.sweep:
         sizes = [int(x) for x in args.in_process.split(",") if x]
         kafka = [int(x) for x in args.kafka.split(",") if x]
-        sweep = run_sweep(sizes, kafka, args.changes, args.baseline, args.heap, args.kafka_brokers)
+        sweep = run_sweep(
+            sizes, kafka, args.changes, args.baseline, args.heap, args.kafka_brokers, args.settle
+        )
         print(sweep_table(sweep))
         print(f"written: {write_json('scale_sweep', sweep)}")
         return 0

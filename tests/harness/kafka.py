@@ -84,8 +84,12 @@ class KafkaCluster(Cluster):
         heap: str = "384m",
         startup_timeout: float = 120.0,
         config: Mapping[str, str] | None = None,
+        full_jit: bool = False,
     ) -> None:
+        """``full_jit``: the JVM's default compilers (C1 and C2), as brokers run in production, for benchmarks;
+        the tests' default stops at C1 (faster start, less JIT CPU, slower request handling)."""
         super().__init__(cluster_id)
+        self._full_jit = full_jit
         if nodes < 1 or (racks is not None and len(racks) != nodes):
             raise ValueError(f"{nodes} nodes need {nodes} racks, got {racks!r}")
         self._racks: list[str | None] = list(racks) if racks is not None else [None] * nodes
@@ -217,7 +221,7 @@ class KafkaCluster(Cluster):
         return [
             java,
             f"-Xmx{self._heap}",
-            *_JVM_FLAGS,
+            *(f for f in _JVM_FLAGS if not (self._full_jit and f.startswith("-XX:TieredStopAtLevel"))),
             f"-Dlog4j2.configurationFile={self._workdir / 'log4j2.properties'}",
             "-cp",
             str(self._libs / "*"),
