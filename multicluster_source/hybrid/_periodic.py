@@ -50,15 +50,13 @@ class BackgroundCheckpoint:
         self._outcome: BaseException | None = None  # what the write raised (set by the writing thread)
         self._failure: BaseException | None = None  # a failed write or commit, for the next due poll
 
-    @property
-    def free(self) -> bool:
-        """No checkpoint is being written or waits for its ``commit`` (once :meth:`settle` told the stage of
-        one whose write ended)."""
+    def idle(self) -> bool:
+        """:meth:`settle`, then whether no checkpoint is being written (a new one may start)."""
         self.settle()
         return self._thread is None
 
     def start(self, captured: Captured) -> None:
-        """Write ``captured`` on a thread of its own (only when :attr:`free`)."""
+        """Write ``captured`` on a thread of its own (only when :meth:`idle`)."""
         checkpoint_id, write, _commit = captured
         self._ended, self._outcome = False, None
         thread = threading.Thread(

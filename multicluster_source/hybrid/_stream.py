@@ -300,7 +300,7 @@ class HybridStream:
     def _periodic_checkpoint(self) -> bool:
         """Capture a periodic checkpoint, written in the background (:mod:`._periodic`); False (deferred)
         while the last one is written or a Kafka stage's source is busy. Raises, once, what it raised."""
-        if not self._background.free or stage_busy(self._reader):
+        if not self._background.idle() or stage_busy(self._reader):
             return False
         self._last_checkpoint = time.monotonic()
         self._background.raise_failure()
