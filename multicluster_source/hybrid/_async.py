@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.hybrid._held import as_batches
+from multicluster_source.hybrid._periodic import Captured, stage_busy
 
 if TYPE_CHECKING:
     from multicluster_source.hybrid._stream import HybridStream
@@ -37,8 +38,6 @@ __all__ = ["AsyncHybridStream"]
 
 _log = logging.getLogger("multicluster_source.hybrid")
 T = TypeVar("T")
-Captured = tuple[int, Callable[[], None], Callable[[], None]]
-"""What :meth:`HybridStream.capture_checkpoint` returns: (id, write, commit)."""
 _FIRST_SLEEP_S = 0.005
 _MAX_SLEEP_S = 0.05
 
@@ -60,12 +59,6 @@ def _ready_batches(stream: HybridStream, max_records: int) -> list[MessageBatch]
     if out:
         stream._delivered()
     return out
-
-
-def _stage_busy(stream: HybridStream) -> bool:
-    """A Kafka stage's source would make a periodic checkpoint wait (see :attr:`Checkpointer.busy`)."""
-    checkpointer = getattr(getattr(stream._reader, "stream", None), "_checkpointer", None)
-    return checkpointer is not None and bool(checkpointer.busy)
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
@@ -223,7 +216,7 @@ class AsyncHybridStream:
         if self._interval is None or self._closed or self._busy is not None:
             return
         stream = self.stream
-        if time.monotonic() - self._last_checkpoint < self._interval or _stage_busy(stream):
+        if time.monotonic() - self._last_checkpoint < self._interval or stage_busy(stream._reader):
             return
         error, self._background_error = self._background_error, None
         if error is not None:

@@ -8,8 +8,9 @@ offset), every other split at the source's own starting offsets, whatever they a
 timestamp when the previous stage handed over a time. The source keeps its own checkpoints in the stage's
 work directory and restores from them: a hybrid checkpoint of this stage is a checkpoint of the source.
 
-Threads: the hybrid stream calls every method on its caller's thread; the source runs its own threads
-(``mcs-...``) until :meth:`KafkaStageReader.close`.
+Threads: the hybrid stream calls every method on its caller's thread (only ``durable()`` of
+:meth:`KafkaStageReader.capture` is called on the thread that writes the hybrid state); the source runs its
+own threads (``mcs-...``) until :meth:`KafkaStageReader.close`.
 """
 
 from __future__ import annotations

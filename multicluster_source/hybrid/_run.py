@@ -1,7 +1,8 @@
 """``HybridSource.run``: the push API over every stage.
 
 Bounded stages are read on the calling thread through a :class:`HybridStream` (the handler is called there,
-and a checkpoint taken after it returned covers exactly what it handled). A last stage that is a Kafka
+and a checkpoint taken after it returned covers exactly what it handled; a periodic one is only captured
+there and written in the background, see :mod:`._periodic`). A last stage that is a Kafka
 source runs as that source's own ``run()`` on the runtime asked for (threads, processes, Ray), started from
 the handover and keeping its checkpoints in the stage's sub-directory; the switch to it is written first,
 so a restart goes straight to it. A last stage of another kind is read on the calling thread too (runtime
@@ -17,7 +18,8 @@ from typing import Any
 
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
-from multicluster_source.hybrid._stream import HybridStream, StageChain
+from multicluster_source.hybrid._stage import StageChain
+from multicluster_source.hybrid._stream import HybridStream
 from multicluster_source.runtime._control import RunControl, RunResult
 
 __all__ = ["run_hybrid"]
@@ -174,9 +176,8 @@ def run_hybrid(
             due = (
                 checkpoint_interval is not None and time.monotonic() - last_checkpoint >= checkpoint_interval
             )
-            if due and stream.stage < last_index + int(not delegate):
-                stream.checkpoint()
-                checkpoints += 1
+            if due and stream.stage < last_index + int(not delegate) and stream._periodic_checkpoint():
+                checkpoints += 1  # captured; written in the background (deferred while the last one is)
                 last_checkpoint = time.monotonic()
         if hooks is not None:
             hooks.close()

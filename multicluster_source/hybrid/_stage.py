@@ -23,7 +23,7 @@ right after them (at-least-once: nothing is skipped).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -115,8 +115,8 @@ class StageReader(Protocol):
 
     def commit(self, snapshot_id: int) -> None:
         """A checkpoint holding the :meth:`snapshot` of that id is durable (a Kafka stage's source commits its
-        own offsets). An asyncio stream calls it on the loop's thread once a checkpoint written in the
-        background is durable, possibly after more records were polled."""
+        own offsets). A periodic checkpoint is written in the background: the stream calls this on its
+        thread (an asyncio stream's: the loop's) at a ``poll`` once it is durable, maybe after more polls."""
         ...
 
     def status(self) -> dict[str, Any]:
@@ -155,3 +155,11 @@ class HybridStage(Protocol):
         ``restored``: a :meth:`StageReader.snapshot` to go on from (then ``start`` is given too, unchanged);
         ``work_dir``: a directory this stage may keep files in across restarts (None without checkpoints)."""
         ...
+
+
+class StageChain(Protocol):
+    """What a hybrid stream reads: :class:`HybridSource` (named here without importing it)."""
+
+    stages: tuple[HybridStage, ...]
+    name: str
+    _switch_hook: Callable[[str], None] | None

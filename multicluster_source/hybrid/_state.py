@@ -99,8 +99,9 @@ class HybridState:
 
 
 class HybridStateStore:
-    """Writes and reads the hybrid checkpoints of one directory (one thread at a time: the stream's, or the
-    asyncio stream's background write while no switch runs)."""
+    """Writes and reads the hybrid checkpoints of one directory (one thread at a time: the stream's, or a
+    periodic checkpoint's background write, ``mcs-hybrid-checkpoint-<source>`` or the asyncio stream's
+    executor, while no switch runs)."""
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3) -> None:
         self.directory = Path(directory)

@@ -11,19 +11,18 @@ restores correctly, see :mod:`._state`):
 4. ``opened``: stage i+1 is opened with ``start=H``.
 
 Threads: every method is called from the caller's thread (as for a :class:`SourceStream`), but the
-``write`` of :meth:`HybridStream.capture_checkpoint` may run on another while the stream goes on (the asyncio
-stream's periodic checkpoints); the admin server calls ``status()``, ``health()`` and the registry from its
-request threads (they only read).
+``write`` of :meth:`HybridStream.capture_checkpoint` runs on another (``mcs-hybrid-checkpoint-<source>``,
+see :mod:`._periodic`, or the asyncio stream's executor); the admin server calls ``status()``, ``health()``
+and the registry from its request threads (they only read).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -34,23 +33,15 @@ from multicluster_source.hybrid._archive_pieces import ArchivedColumns
 from multicluster_source.hybrid._columns import columnar, skip_columns, take_columns
 from multicluster_source.hybrid._held import Held, as_batches, iterate
 from multicluster_source.hybrid._metrics import HybridMetrics
-from multicluster_source.hybrid._stage import HybridStage, StageHandover, StageReader
+from multicluster_source.hybrid._periodic import BackgroundCheckpoint, Captured, stage_busy
+from multicluster_source.hybrid._stage import StageChain, StageHandover, StageReader
 from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore, write_state
 from multicluster_source.hybrid._status import hybrid_status, log_switch, stage_secrets, switch_summary
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 
-__all__ = ["HybridStream", "StageChain"]
+__all__ = ["HybridStream"]
 
-_log = logging.getLogger("multicluster_source.hybrid")
 _T = TypeVar("_T")
-
-
-class StageChain(Protocol):
-    """What a hybrid stream reads: :class:`HybridSource` (named here without importing it)."""
-
-    stages: tuple[HybridStage, ...]
-    name: str
-    _switch_hook: Callable[[str], None] | None
 
 
 class HybridStream:
@@ -84,6 +75,7 @@ class HybridStream:
         self._registry = registry if registry is not None else CollectorRegistry()
         self._metrics = HybridMetrics(self._registry)
         self._closed = False
+        self._background = BackgroundCheckpoint(self._name)
         self._reader: StageReader | None = None
         self._failure: BaseException | None = None  # why the next stage did not open (raised again)
         self._admin: AdminServer | None = None
@@ -120,7 +112,6 @@ class HybridStream:
     def _open_stage(
         self, index: int, start: StageHandover | None, restored: dict[str, Any] | None
     ) -> StageReader | None:
-        store = self._store
         self._metrics.stage(index)
         if self._defer_kafka_last and index == len(self._stages) - 1:
             return None  # run(): the last (Kafka) stage runs as its source's own run()
@@ -129,7 +120,7 @@ class HybridStream:
             start=start,
             restored=restored,
             registry=self._registry,
-            work_dir=None if store is None else store.stage_dir(index),
+            work_dir=None if self._store is None else self._store.stage_dir(index),
         )
 
     # ------------------------------------------------------------------------------------------ reading
@@ -152,9 +143,11 @@ class HybridStream:
         return reader is not None and self._state.stage + 1 < len(self._stages) and reader.finished
 
     def checkpoint_if_due(self) -> None:
-        """Take the periodic checkpoint when ``checkpoint_interval`` has passed since the last one."""
+        """Take the periodic checkpoint when ``checkpoint_interval`` has passed since the last one (captured
+        here, written in the background: :mod:`._periodic`); tell the stage of the last one once written."""
+        self._background.settle()
         if self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval:
-            self.checkpoint()
+            self._periodic_checkpoint()
 
     def _take(
         self,
@@ -259,10 +252,11 @@ class HybridStream:
         index = self._state.stage
         if not self.switch_due():
             raise ConfigurationError(f"source {self._name}: stage {index} has not finished; cannot switch")
+        self._background.settle(wait=True)  # the checkpoint under way first: the state files stay in order
         started = time.monotonic()
-        hook = self._hybrid._switch_hook
+        hook = self._hybrid._switch_hook or (lambda step: None)
         handover = reader.handover()
-        self._step(hook, "finished")
+        hook("finished")
         summary = switch_summary(index, handover)
         self._held.reset()
         state = self._state.with_changes(
@@ -275,39 +269,45 @@ class HybridStream:
         )
         if self._store is not None:
             self._store.write(state)  # durable before the next stage reads anything
-        self._step(hook, "written")
+        hook("written")
         self._reader = None
         reader.close()
         self._state = state
-        self._step(hook, "closed")
+        hook("closed")
         try:
             self._reader = self._open_stage(index + 1, handover, None)
         except BaseException as exc:
             self._failure = exc  # the state says stage i+1: a restart opens it again from the handover
             raise
-        self._step(hook, "opened")
+        hook("opened")
         self._metrics.handed_over(handover.modes)
         self._switched_at = self._last_record_at or started
         summary = {**summary, "open_ms": round((time.monotonic() - started) * 1000.0, 3)}
         self._state = state.with_changes(switches=(*state.switches[:-1], summary))
         log_switch(self._name, [st.name for st in self._stages], index, handover, summary)
 
-    @staticmethod
-    def _step(hook: Callable[[str], None] | None, step: str) -> None:
-        if hook is not None:
-            hook(step)
-
     # -------------------------------------------------------------------------------------- checkpoints
 
     def checkpoint(self) -> int:
         """A checkpoint covering every record already returned and the handover into the current stage;
-        returns its id once it is durable."""
+        returns its id once it is durable (after the periodic checkpoint being written, if one is)."""
+        self._background.settle(wait=True)
         checkpoint_id, write, commit = self.capture_checkpoint()
         write()
         commit()
         return checkpoint_id
 
-    def capture_checkpoint(self) -> tuple[int, Callable[[], None], Callable[[], None]]:
+    def _periodic_checkpoint(self) -> bool:
+        """Capture a periodic checkpoint, written in the background (:mod:`._periodic`); False (deferred)
+        while the last one is written or a Kafka stage's source is busy. Raises, once, what it raised."""
+        if not self._background.idle() or stage_busy(self._reader):
+            return False
+        self._last_checkpoint = time.monotonic()
+        self._background.raise_failure()
+        self._background.start(self.capture_checkpoint())
+        return True
+
+    def capture_checkpoint(self) -> Captured:
         """:meth:`checkpoint` in parts: (id, write, commit). Captured now, exact; ``write()`` makes it durable
         (a Kafka stage's source checkpoint, then the hybrid state) on any thread while the stream goes on, one
         at a time, in order, not during a switch or close; then ``commit()`` on this stream's thread."""
@@ -390,10 +390,11 @@ class HybridStream:
         if self._closed:
             return
         self._closed = True
-        if self._admin is not None:
-            self._admin.close()
         reader, self._reader = self._reader, None
         try:
+            self._background.settle(wait=True)  # the checkpoint under way is written and its stage told first
+            if self._admin is not None:
+                self._admin.close()
             if reader is not None:
                 reader.close()
         finally:

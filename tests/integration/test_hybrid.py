@@ -7,7 +7,8 @@
   ``gap_policy="warn"`` goes on from the earliest offset;
 - ``run()`` delegates the live stage to the source's own run;
 - ``kill -9`` of a job process at each step of the switch, then a restart: nothing lost;
-- ``open_async``: a periodic checkpoint in the live stage, captured by the due ``poll``, restores exactly.
+- ``open_async`` and ``open``: a periodic checkpoint in the live stage, captured by the due ``poll``,
+  restores exactly.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from multicluster_source import (
     SourceRecord,
     StaticMetadataService,
 )
-from multicluster_source.hybrid._async import _stage_busy
+from multicluster_source.hybrid._periodic import stage_busy
 from multicluster_source.hybrid._state import HybridStateStore
 from multicluster_source.testing import InMemoryArchiveStage
 
@@ -359,7 +360,7 @@ def test_open_async_periodic_checkpoint_in_the_live_stage_is_exact(
         async with hybrid.open_async(2, checkpoint_dir=str(ckpt), checkpoint_interval=3600.0) as stream:
             while len(before) < 170 or stream.stream.stage == 0:
                 before += await stream.poll(1.0, 10)
-            while _stage_busy(stream.stream):  # the enumerator in a change would defer it to a later poll
+            while stage_busy(stream.stream._reader):  # the enumerator in a change would defer it
                 await asyncio.sleep(0.05)
             stream._last_checkpoint = float("-inf")  # due now
             after: list[SourceRecord] = []
@@ -374,6 +375,54 @@ def test_open_async_periodic_checkpoint_in_the_live_stage_is_exact(
     assert found[0].snapshot["kind"] == "kafka"
     with hybrid.open(parallelism=2, checkpoint_dir=str(ckpt)) as stream:
         second = list(stream)
+    assert not {_key(r) for r in before} & {_key(r) for r in second}
+    assert {_key(r) for r in after} <= {_key(r) for r in second}
+    assert {_key(r) for r in before} | {_key(r) for r in second} == {
+        ("c", p, o) for p in (0, 1) for o in range(150)
+    }
+    assert len(second) == 300 - len(before)
+
+
+def test_periodic_checkpoint_in_the_live_stage_is_exact(
+    kafka_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``hybrid.open()``: a ``poll`` due for a checkpoint in the Kafka stage only captures it (the source's
+    checkpoint goes to its checkpoint thread, the hybrid state to ``mcs-hybrid-checkpoint-<source>``) and
+    returns while the hybrid state's write is held; the restore goes on right after the records returned
+    before that ``poll``, also those returned while it was written come again."""
+    topic = kafka_cluster.create_topic("hys", partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(150), partition=p)
+    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(50) for p in (0, 1)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    ckpt = tmp_path / "ckpt"
+    entered, release, real = threading.Event(), threading.Event(), HybridStateStore.write
+
+    def held_write(store: HybridStateStore, state: Any) -> Path:
+        entered.set()
+        assert release.wait(60)
+        return real(store, state)
+
+    before: list[SourceRecord] = []
+    after: list[SourceRecord] = []
+    with hybrid.open(2, checkpoint_dir=str(ckpt), checkpoint_interval=3600.0) as stream:
+        while len(before) < 170 or stream.stage == 0:
+            before += stream.poll(1.0, 10)
+        while stage_busy(stream._reader):  # the enumerator in a change would defer it to a later poll
+            time.sleep(0.05)
+        monkeypatch.setattr(HybridStateStore, "write", held_write)
+        stream._last_checkpoint = float("-inf")  # due now
+        while not after:
+            after += stream.poll(1.0, 10)  # captured the checkpoint of `before`
+        assert entered.wait(60) and not release.is_set()  # the poll returned; the write waits
+        after += stream.poll(1.0, 10)
+        release.set()
+    found = HybridStateStore(ckpt).latest()
+    assert found is not None and found[0].stage == 1 and found[0].snapshot is not None
+    assert found[0].snapshot["kind"] == "kafka"
+    with hybrid.open(parallelism=2, checkpoint_dir=str(ckpt)) as again:
+        second = list(again)
     assert not {_key(r) for r in before} & {_key(r) for r in second}
     assert {_key(r) for r in after} <= {_key(r) for r in second}
     assert {_key(r) for r in before} | {_key(r) for r in second} == {
