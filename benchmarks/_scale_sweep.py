@@ -400,6 +400,11 @@ def sweep_kafka(
     return rows
 
 
+FILL_FLUSH_S = 600.0
+"""How long the records of one cluster may take to be written (eight clusters filled at once on two cores
+took more than 120 s)."""
+
+
 def _fill(cluster: Any, topics: Sequence[str]) -> None:
     """Create ``topics`` (100 partitions each) on ``cluster`` and write one record to every partition."""
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
@@ -415,8 +420,8 @@ def _fill(cluster: Any, topics: Sequence[str]) -> None:
         for p in range(100):
             producer.produce(topic, b"x", partition=p)
         producer.poll(0)
-    if producer.flush(120):
-        raise TimeoutError("records not delivered within 120 s")
+    if producer.flush(FILL_FLUSH_S):
+        raise TimeoutError(f"records not delivered within {FILL_FLUSH_S:.0f} s")
 
 
 # --------------------------------------------------------------------------------------------- report

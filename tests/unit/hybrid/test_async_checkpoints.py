@@ -9,63 +9,22 @@ for the write would never return, and ``asyncio.wait_for`` turns that into a fai
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.archive import kafka_log, write_archive
-from multicluster_source import HybridSource, KafkaArchiveSource, SourceRecord
+from harness.hybrid_checkpoints import (
+    LIMIT,
+    SPLITS,
+    HeldWrites,
+    keys,
+    restored,
+    state_files,
+)
+from multicluster_source import HybridSource, SourceRecord
 from multicluster_source.exceptions import CheckpointError
 from multicluster_source.hybrid import AsyncHybridStream
 from multicluster_source.hybrid._state import HybridStateStore
-
-SPLITS = {"east/orders/0": 120, "east/orders/1": 90}
-LIMIT = 30.0  # a safety net against a hang, never a measurement
-
-
-class HeldWrites:
-    """``HybridStateStore.write`` that, once armed, waits for :attr:`release` (and may fail once)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.armed = False
-        self.fail_once = False
-        self.writes = 0
-        real = HybridStateStore.write
-
-        def write(store: HybridStateStore, state: Any) -> Path:
-            if self.armed:
-                self.entered.set()
-                assert self.release.wait(LIMIT)
-            if self.fail_once:
-                self.fail_once = False
-                raise CheckpointError("cannot write hybrid checkpoint: disk full (test)")
-            self.writes += 1
-            return real(store, state)
-
-        monkeypatch.setattr(HybridStateStore, "write", write)
-
-
-@pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> HeldWrites:
-    return HeldWrites(monkeypatch)
-
-
-@pytest.fixture
-def hybrid(tmp_path: Path) -> Iterator[HybridSource]:
-    for split, n in SPLITS.items():
-        write_archive(tmp_path / "archive", "orders", int(split[-1]), kafka_log(n, seed=n), flush_size=25)
-    yield HybridSource.builder(
-        KafkaArchiveSource({"east": str(tmp_path / "archive")}, format="jsonl")
-    ).build()
-
-
-def _keys(records: list[SourceRecord]) -> list[tuple[str, int]]:
-    return sorted((r.split_id, r.offset) for r in records)
 
 
 def _due(stream: AsyncHybridStream) -> None:
@@ -77,19 +36,6 @@ async def _poll(stream: AsyncHybridStream, max_records: int = 7) -> list[SourceR
     got = await asyncio.wait_for(stream.poll(LIMIT, max_records), LIMIT)
     assert got
     return got
-
-
-def _states(directory: Path) -> list[Path]:
-    return sorted(directory.glob("hybrid-*.json"))
-
-
-def _rest(hybrid: HybridSource, ckpt: Path) -> list[SourceRecord]:
-    """Everything a stream restored from ``ckpt`` returns."""
-    out: list[SourceRecord] = []
-    with hybrid.open(checkpoint_dir=str(ckpt)) as stream:
-        while not stream.finished:
-            out.extend(stream.poll(1.0))
-    return out
 
 
 def test_a_due_poll_returns_while_the_checkpoint_is_written_and_the_restore_is_exact(
@@ -107,18 +53,18 @@ def test_a_due_poll_returns_while_the_checkpoint_is_written_and_the_restore_is_e
         _due(stream)
         after += await _poll(stream)  # due again: none is taken while the last one is written
         after += await _poll(stream)
-        assert _states(ckpt) == [] and held.writes == 0
+        assert state_files(ckpt) == [] and held.writes == 0
         held.release.set()
         await stream.close()  # waits for the write under way
-        assert held.writes == 1 and len(_states(ckpt)) == 1
+        assert held.writes == 1 and len(state_files(ckpt)) == 1
         return before, after
 
     before, after = asyncio.run(main())
     everything = [(s, o) for s, n in SPLITS.items() for o in range(n)]
-    rest = _rest(hybrid, ckpt)
+    rest = restored(hybrid, ckpt)
     # the restore goes on right after `before`: the records returned while it was written come again
-    assert _keys(rest) == sorted(set(everything) - set(_keys(before)))
-    assert set(_keys(after)) <= set(_keys(rest))
+    assert keys(rest) == sorted(set(everything) - set(keys(before)))
+    assert set(keys(after)) <= set(keys(rest))
 
 
 def test_checkpoint_returns_once_the_checkpoint_is_on_disk(
@@ -132,20 +78,20 @@ def test_checkpoint_returns_once_the_checkpoint_is_on_disk(
             held.armed = True
             explicit = asyncio.ensure_future(stream.checkpoint())
             await asyncio.to_thread(held.entered.wait, LIMIT)
-            assert not explicit.done() and _states(ckpt) == []
+            assert not explicit.done() and state_files(ckpt) == []
             more = await _poll(stream)  # polls go on while it is written; the checkpoint is of `got`
             held.release.set()
             checkpoint_id = await asyncio.wait_for(explicit, LIMIT)
-            [state] = _states(ckpt)
+            [state] = state_files(ckpt)
             found = HybridStateStore(ckpt).latest()
             assert found is not None and found[1] == state and found[0].checkpoint_id == checkpoint_id == 1
             held.armed = False
-            assert await stream.checkpoint() == 2 and len(_states(ckpt)) == 2  # of `got` and `more`
+            assert await stream.checkpoint() == 2 and len(state_files(ckpt)) == 2  # of `got` and `more`
             return got + more
 
     returned = asyncio.run(main())
     everything = [(s, o) for s, n in SPLITS.items() for o in range(n)]
-    assert _keys(_rest(hybrid, ckpt)) == sorted(set(everything) - set(_keys(returned)))
+    assert keys(restored(hybrid, ckpt)) == sorted(set(everything) - set(keys(returned)))
 
 
 def test_a_failed_background_write_is_raised_by_the_next_due_poll(

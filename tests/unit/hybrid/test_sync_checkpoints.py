@@ -16,74 +16,24 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from harness.archive import kafka_log, write_archive
-from multicluster_source import HybridSource, KafkaArchiveSource, SourceRecord
+from harness.hybrid_checkpoints import (
+    LIMIT,
+    SPLITS,
+    HeldWrites,
+    archive_hybrid,
+    keys,
+    restored,
+    state_files,
+)
+from multicluster_source import HybridSource, SourceRecord
 from multicluster_source.exceptions import CheckpointError
 from multicluster_source.hybrid import HybridStream
 from multicluster_source.hybrid._state import HybridStateStore
 
-SPLITS = {"east/orders/0": 120, "east/orders/1": 90}
-LIMIT = 30.0  # a safety net against a hang, never a measurement
 WRITER = "mcs-hybrid-checkpoint-"
-
-
-class HeldWrites:
-    """``HybridStateStore.write`` that, once armed, waits for :attr:`release` (and may fail once)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.armed = False
-        self.waiting = False
-        self.fail_once = False
-        self.writes = 0
-        self.threads: list[str] = []
-        real = HybridStateStore.write
-
-        def write(store: HybridStateStore, state: Any) -> Path:
-            self.threads.append(threading.current_thread().name)
-            if self.armed:
-                self.waiting = True
-                self.entered.set()
-                released = self.release.wait(LIMIT)
-                self.waiting = False
-                assert released
-            if self.fail_once:
-                self.fail_once = False
-                raise CheckpointError("cannot write hybrid checkpoint: disk full (test)")
-            self.writes += 1
-            return real(store, state)
-
-        monkeypatch.setattr(HybridStateStore, "write", write)
-
-    def wait_held(self) -> None:
-        """The write has begun and still waits for :attr:`release`."""
-        assert self.entered.wait(LIMIT)
-        assert self.waiting
-
-
-@pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> HeldWrites:
-    return HeldWrites(monkeypatch)
-
-
-def _archive(root: Path, splits: dict[str, int]) -> HybridSource:
-    for split, n in splits.items():
-        write_archive(root / "archive", "orders", int(split[-1]), kafka_log(n, seed=n), flush_size=25)
-    return HybridSource.builder(KafkaArchiveSource({"east": str(root / "archive")}, format="jsonl")).build()
-
-
-@pytest.fixture
-def hybrid(tmp_path: Path) -> HybridSource:
-    return _archive(tmp_path, SPLITS)
-
-
-def _keys(records: list[SourceRecord]) -> list[tuple[str, int]]:
-    return sorted((r.split_id, r.offset) for r in records)
 
 
 def _everything(splits: dict[str, int]) -> set[tuple[str, int]]:
@@ -101,21 +51,8 @@ def _poll(stream: HybridStream, max_records: int = 7) -> list[SourceRecord]:
     return got
 
 
-def _states(directory: Path) -> list[Path]:
-    return sorted(directory.glob("hybrid-*.json"))
-
-
 def _writers() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(WRITER)]
-
-
-def _rest(hybrid: HybridSource, ckpt: Path) -> list[SourceRecord]:
-    """Everything a stream restored from ``ckpt`` returns."""
-    out: list[SourceRecord] = []
-    with hybrid.open(checkpoint_dir=str(ckpt)) as stream:
-        while not stream.finished:
-            out.extend(stream.poll(1.0))
-    return out
 
 
 def test_a_due_poll_returns_while_the_checkpoint_is_written_and_the_restore_is_exact(
@@ -132,15 +69,15 @@ def test_a_due_poll_returns_while_the_checkpoint_is_written_and_the_restore_is_e
     _due(stream)
     after += _poll(stream)  # due again: none is taken while the last one is written
     after += _poll(stream)
-    assert _states(ckpt) == [] and held.writes == 0 and held.waiting
+    assert state_files(ckpt) == [] and held.writes == 0 and held.waiting
     held.release.set()
     stream.close()  # waits for the write under way
-    assert held.writes == 1 and len(_states(ckpt)) == 1 and _writers() == []
+    assert held.writes == 1 and len(state_files(ckpt)) == 1 and _writers() == []
     assert held.threads == [WRITER + hybrid.name]
-    rest = _rest(hybrid, ckpt)
+    rest = restored(hybrid, ckpt)
     # the restore goes on right after `before`: the records returned while it was written come again
-    assert _keys(rest) == sorted(_everything(SPLITS) - set(_keys(before)))
-    assert set(_keys(after)) <= set(_keys(rest))
+    assert keys(rest) == sorted(_everything(SPLITS) - set(keys(before)))
+    assert set(keys(after)) <= set(keys(rest))
 
 
 def test_the_next_poll_after_the_write_tells_the_stage_and_a_due_one_is_taken_again(
@@ -184,13 +121,13 @@ def test_checkpoint_waits_for_the_one_under_way_and_returns_once_its_own_is_on_d
         result: list[int] = []
         explicit = threading.Thread(target=lambda: result.append(stream.checkpoint()), name="test-explicit")
         explicit.start()  # the caller's thread of the stream from now on, until it returns
-        assert held.waiting and result == [] and _states(ckpt) == []
+        assert held.waiting and result == [] and state_files(ckpt) == []
         held.release.set()
         explicit.join(LIMIT)
         assert result == [2] and held.writes == 2
-        states = _states(ckpt)  # in order: the periodic checkpoint's file, then the explicit one's
+        states = state_files(ckpt)  # in order: the periodic checkpoint's file, then the explicit one's
         assert [_checkpoint_id(p) for p in states] == [1, 2]
-    assert _keys(_rest(hybrid, ckpt)) == sorted(_everything(SPLITS) - set(_keys(got)))
+    assert keys(restored(hybrid, ckpt)) == sorted(_everything(SPLITS) - set(keys(got)))
 
 
 def _checkpoint_id(path: Path) -> int:
@@ -233,17 +170,17 @@ def test_a_checkpoint_in_the_for_loop_is_captured_mid_batch_and_restores_exactly
                 held.wait_held()  # the loop handed out a record while the write is held
             elif len(handed) == 16:
                 break
-        assert held.waiting and _states(ckpt) == []
+        assert held.waiting and state_files(ckpt) == []
         held.release.set()
     assert held.writes == 1
-    assert _keys(_rest(hybrid, ckpt)) == sorted(_everything(SPLITS) - set(_keys(handed[:10])))
+    assert keys(restored(hybrid, ckpt)) == sorted(_everything(SPLITS) - set(keys(handed[:10])))
 
 
 def test_run_goes_on_while_a_periodic_checkpoint_is_written(tmp_path: Path, held: HeldWrites) -> None:
     """``run()`` over the archive stage: the handler is called again while the checkpoint captured after its
     first call is written; none is taken meanwhile; a crash then restores right after the first call."""
     splits = {"east/orders/0": 600, "east/orders/1": 500}  # many files: a poll cannot take them all
-    hybrid = _archive(tmp_path, splits)
+    hybrid = archive_hybrid(tmp_path, splits)
     ckpt = tmp_path / "ckpt"
     calls: list[list[SourceRecord]] = []
 
@@ -261,4 +198,4 @@ def test_run_goes_on_while_a_periodic_checkpoint_is_written(tmp_path: Path, held
     with pytest.raises(RuntimeError, match="crash"):
         hybrid.run(handler, checkpoint_dir=str(ckpt), checkpoint_interval=1e-9)
     assert held.writes == 1 and held.threads == [WRITER + hybrid.name] and _writers() == []
-    assert _keys(_rest(hybrid, ckpt)) == sorted(_everything(splits) - set(_keys(calls[0])))
+    assert keys(restored(hybrid, ckpt)) == sorted(_everything(splits) - set(keys(calls[0])))
