@@ -139,18 +139,6 @@ class SourceMetrics:
             with self._shared.lock:
                 self._set_locked(COMMITTED, cluster, offsets)
 
-    def set_positions(self, cluster: str, rows: Iterable[tuple[str, int, int, int | None]]) -> None:
-        """:meth:`set_partition_offsets` from ``(topic, partition, current, lag)`` rows (lag None: left
-        unchanged)."""
-        current: dict[PartitionKey, int] = {}
-        lag: dict[PartitionKey, int] = {}
-        for topic, partition, cur, behind in rows:
-            key = (topic, partition)
-            current[key] = cur
-            if behind is not None:
-                lag[key] = behind
-        self.set_partition_offsets(cluster, current, lag)
-
     def _set_locked(self, name: str, cluster: str, values: Mapping[PartitionKey, float]) -> None:
         """Caller holds the shared lock."""
         if self._closed:

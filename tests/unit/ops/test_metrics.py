@@ -316,14 +316,16 @@ def test_offset_resets_follow_topic_and_cluster_removal(
     assert registry.get_sample_value(name, {"cluster": "west", "topic": "orders"}) == 1
 
 
-def test_positions_of_many_partitions_set_the_gauges_set_offsets_would() -> None:
+def test_offsets_of_many_partitions_set_the_gauges_set_offsets_would() -> None:
     registries = {"one": CollectorRegistry(), "many": CollectorRegistry()}
     one, many = SourceMetrics(registries["one"], "one"), SourceMetrics(registries["many"], "many")
     rows = [("t", 0, 5, 2), ("t", 1, 7, None), ("u", 0, 9, 0)]
     for topic, partition, current, lag in rows:
         one.set_offsets("east", topic, partition, current=current, lag=lag)
-    many.set_positions("east", rows)
-    many.set_positions("east", [("t", 0, 6, 1)])  # existing gauges: set again
+    many.set_partition_offsets(
+        "east", {(t, p): c for t, p, c, _l in rows}, {(t, p): g for t, p, _c, g in rows if g is not None}
+    )
+    many.set_partition_offsets("east", {("t", 0): 6}, {("t", 0): 1})  # set again
 
     def value(metrics: SourceMetrics, name: str, topic: str, partition: int) -> float | None:
         labels = {"cluster": "east", "topic": topic, "partition": str(partition)}
@@ -334,8 +336,9 @@ def test_positions_of_many_partitions_set_the_gauges_set_offsets_would() -> None
     assert [value(one, "current_offset", t, p) for t, p, _c, _l in rows] == [5.0, 7.0, 9.0]
     assert value(many, "records_lag", "t", 0) == 1.0 and value(many, "records_lag", "t", 1) is None
     many.close()
-    many.set_positions("east", [("t", 9, 1, 1)])  # closed: nothing is made again
+    many.set_partition_offsets("east", {("t", 9): 1}, {("t", 9): 1})  # closed: nothing is made again
     assert value(many, "current_offset", "t", 9) is None
+    one.close()
 
 
 def test_partition_gauges_shared_by_two_sources(registry: CollectorRegistry) -> None:
