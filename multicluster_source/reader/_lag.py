@@ -7,8 +7,9 @@ step and the GIL. So a report covers:
 
 - the partitions whose position moved since the last report (batches handed on, offset resets) and the
   splits added since, at most :data:`LAG_SLICE` of them (the rest come in the next reports: 6,000 splits
-  handed to a fetcher at once have their gauges within 6 reports; reporting them all at once, each gauge
-  created for the first time, held the fetcher about a second while its first records waited);
+  handed to a fetcher at once have their gauges within 6 reports; a report's cost stays bounded however
+  many splits arrive at once: when each gauge was a prometheus-client child made on first use, reporting
+  6,000 new ones held the fetcher about a second while its first records waited);
 - and at most :data:`LAG_SLICE` others, taken in turn (round robin over the assignment), so that the lag of a
   partition that does not move (idle, paused by watermark alignment, or fetched in full while its high
   watermark grows) is refreshed too: while the assignment holds still, every partition is reported at least
