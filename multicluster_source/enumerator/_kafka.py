@@ -301,7 +301,8 @@ class KafkaClusterEnumerator:
             self._schedule(interval)
 
     def commit_offsets(self, offsets: Mapping[tuple[str, int], int]) -> Future[None]:
-        """Commit ``offsets`` under the group id with the admin client; the future ends once stored."""
+        """Commit ``offsets`` under the group id with the admin client, in one request (the ledger keeps it
+        to ``REQUEST_PARTITIONS`` offsets); the future ends once stored."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         done: Future[None] = Future()
