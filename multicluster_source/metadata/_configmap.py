@@ -21,7 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from multicluster_source.exceptions import MetadataError
-from multicluster_source.metadata._compose import STR_TAG, node_line
+from multicluster_source.metadata._compose import SAFE_LOADER, STR_TAG, node_line
 from multicluster_source.metadata._file import (
     Loaded,
     WatchedMetadataService,
@@ -175,7 +175,7 @@ class ConfigMapMetadataService(WatchedMetadataService):
         data = read_metadata_bytes(self._path, source=self._source)
         text = decode_metadata(data, source=self._source)
         try:
-            documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+            documents = list(yaml.compose_all(text, Loader=SAFE_LOADER))
         except (yaml.YAMLError, RecursionError):
             documents = None  # not YAML: parse_streams reports the problem with its line
         manifests = [
