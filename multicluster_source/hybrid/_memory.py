@@ -149,15 +149,18 @@ class InMemoryStageReader:
         out: list[SourceRecord] = []
         live = [s for s in self._order if self._next[s] < len(self._records[s])]
         while live and len(out) < max_records:
-            split_id = live[self._turn % len(live)]
+            at = self._turn % len(live)
+            split_id = live[at]
             self._turn += 1
             index = self._next[split_id]
-            record = self._records[split_id][index]
+            records = self._records[split_id]
+            record = records[index]
             self._next[split_id] = index + 1
             if record.timestamp is not None:
                 self._max_ts[split_id] = max(record.timestamp, self._max_ts.get(split_id, record.timestamp))
             out.append(record)
-            live = [s for s in live if self._next[s] < len(self._records[s])]
+            if index + 1 >= len(records):  # only this split can have ended: O(1) a record, not O(splits)
+                del live[at]
         self._advance_watermark()
         return out
 
