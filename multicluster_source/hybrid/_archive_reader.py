@@ -20,7 +20,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,11 +242,20 @@ class ArchiveStageReader:
 
     def snapshot(self) -> dict[str, Any]:
         """Version 2: per split the file, the records of it returned, the next offset, its mode, done."""
+        return self._snapshot_of(self._positions)
+
+    def snapshot_later(self) -> Callable[[], dict[str, Any]]:
+        """:meth:`snapshot` as of now, built when called: positions are frozen values, replaced as they move,
+        so a shallow copy of the table (one C-level dict copy) is the state now."""
+        positions = dict(self._positions)
+        return lambda: self._snapshot_of(positions)
+
+    def _snapshot_of(self, positions: Mapping[str, SplitPosition]) -> dict[str, Any]:
         return {
             "v": SNAPSHOT_VERSION,
             "stage": self._name,
-            "splits": {s: p.to_dict() for s, p in sorted(self._positions.items())},
-            **({"extra": self._extra} if self._extra else {}),
+            "splits": {s: p.to_dict() for s, p in sorted(positions.items())},
+            **({"extra": dict(self._extra)} if self._extra else {}),
         }
 
     def commit(self, snapshot_id: int) -> None:

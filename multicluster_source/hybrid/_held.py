@@ -68,12 +68,22 @@ class Held:
     def __init__(self, skip: Mapping[str, int]) -> None:
         self.skip: dict[str, int] = dict(skip)
         self.buffer: deque[SourceRecord] = deque()
-        self._pre: dict[str, Any] | None = None
+        self._pre: Callable[[], dict[str, Any] | None] = _none
         self._pre_skip: dict[str, int] = {}
 
-    def start_batch(self, pre: dict[str, Any] | None) -> None:
-        """A batch is about to be polled; ``pre`` covers everything before it (None: the stage's start)."""
-        self._pre = copy.deepcopy(pre)  # the reader's later state must not show through
+    def start_batch(self, reader: StageReader | None) -> None:
+        """A batch is about to be polled from ``reader``: keep its state from before the batch (None: the
+        batch is a new stage's, whose start covers everything before it). A reader with ``snapshot_later``
+        keeps it cheaply (see :mod:`~multicluster_source.hybrid._stage`); any other reader's snapshot is
+        taken and deep-copied now, so that the reader's later state cannot show through."""
+        later = getattr(reader, "snapshot_later", None)
+        if reader is None:
+            self._pre = _none
+        elif callable(later):
+            self._pre = later()
+        else:
+            pre = copy.deepcopy(reader.snapshot())
+            self._pre = lambda: copy.deepcopy(pre)
         self._pre_skip = dict(self.skip)
 
     def take(self, max_records: int) -> list[SourceRecord]:
@@ -90,7 +100,7 @@ class Held:
         ``capture()`` (the Kafka stage) captures its own checkpoint now and writes it on a thread of its own;
         ``durable()`` waits for that (and raises what it raised). Other stages' snapshots are values."""
         if self.buffer:
-            return self._pre, dict(self._pre_skip), _nothing
+            return self._pre(), dict(self._pre_skip), _nothing
         capture = getattr(reader, "capture", None)
         if capture is None:
             return reader.snapshot(), dict(self.skip), _nothing
@@ -101,7 +111,7 @@ class Held:
         """A new stage: nothing held, no filter."""
         self.skip.clear()
         self.buffer.clear()
-        self._pre, self._pre_skip = None, {}
+        self._pre, self._pre_skip = _none, {}
 
     def filter(self, records: list[SourceRecord]) -> list[SourceRecord]:
         """``records`` without those below their split's skip offset."""
@@ -139,6 +149,10 @@ def _nothing() -> None:
     """``durable`` of a snapshot that is a value: nothing to wait for."""
 
 
+def _none() -> None:
+    """The state before a new stage's first batch: none (its start covers everything before it)."""
+
+
 def iterate(stream: _Stream) -> Iterator[SourceRecord]:
     """The ``for`` loop of ``stream``: a stage's own iterator where it has one, else batches of
     :data:`BATCH` handed out one record at a time."""
@@ -152,7 +166,7 @@ def iterate(stream: _Stream) -> Iterator[SourceRecord]:
             if reader is None:
                 return
             stream.checkpoint_if_due()
-            held.start_batch(reader.snapshot())
+            held.start_batch(reader)
             records = stream.poll(0.5, BATCH)
             if stream._reader is not reader:  # switched inside the poll: the batch is the new stage's
                 held.start_batch(None)

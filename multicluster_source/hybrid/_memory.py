@@ -8,7 +8,7 @@ caller's thread; the stage starts no thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -223,6 +223,11 @@ class InMemoryStageReader:
     def snapshot(self) -> dict[str, Any]:
         """``{"v": 1, "next": {split: index of the next record}}``."""
         return {"v": 1, "next": dict(self._next)}
+
+    def snapshot_later(self) -> Callable[[], dict[str, Any]]:
+        """:meth:`snapshot` as of now, built anew each time it is called."""
+        taken = dict(self._next)
+        return lambda: {"v": 1, "next": dict(taken)}
 
     def commit(self, snapshot_id: int) -> None:
         """Nothing to commit."""

@@ -354,12 +354,42 @@ def test_the_live_runs_watermark_never_goes_below_the_archives() -> None:
     assert pickle.loads(pickle.dumps(WatermarkFloor(42, 1))).floor == 1
 
 
+class _OwnSnapshot:
+    """An in-memory stage whose readers have no ``snapshot_later`` and whose ``snapshot()`` is the reader's
+    own table, changed by every later poll: the ``for`` loop must copy it before each batch."""
+
+    def __init__(self, stage: InMemoryArchiveStage) -> None:
+        self._stage = stage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stage, name)
+
+    def open_stage(self, **kw: Any) -> Any:
+        return _OwnSnapshotReader(self._stage.open_stage(**kw))
+
+
+class _OwnSnapshotReader:
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "snapshot_later":
+            raise AttributeError(name)
+        return getattr(self._reader, name)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"v": 1, "next": self._reader._next}  # not a copy
+
+
+@pytest.mark.parametrize("later", [True, False], ids=["snapshot_later", "snapshot-copied"])
 @pytest.mark.parametrize("cut", [1, 3, 7, 10, 12, 20])
-def test_for_loop_checkpoint_mid_batch_then_restore(tmp_path: Path, cut: int) -> None:
+def test_for_loop_checkpoint_mid_batch_then_restore(tmp_path: Path, cut: int, later: bool) -> None:
     """The loop takes a batch from the stage and hands it out record by record: a checkpoint after
-    ``cut`` records covers exactly those (a skip filter over the batch's earlier snapshot), twice over."""
+    ``cut`` records covers exactly those (a skip filter over the batch's earlier snapshot), twice over;
+    the same for a stage whose readers keep no cheap snapshot (``snapshot_later``) and hand their own table."""
     ckpt = str(tmp_path / "ckpt")
-    hybrid = HybridSource.builder(_archive()).add_source(_next()).build()
+    first_stage: Any = _archive() if later else _OwnSnapshot(_archive())
+    hybrid = HybridSource.builder(first_stage).add_source(_next()).build()
     first: list[SourceRecord] = []
     with hybrid.open(checkpoint_dir=ckpt) as stream:
         for record in stream:
