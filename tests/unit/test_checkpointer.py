@@ -275,6 +275,43 @@ def test_the_ledger_commits_what_moved_and_owes_what_failed() -> None:
     assert [r for r, _f in east.requests][2:] == []  # nothing moved on east: no request at all
 
 
+THOUSANDS = [(f"t{i // 100}", i % 100) for i in range(2_345)]
+
+
+def test_a_commit_of_thousands_of_offsets_goes_in_groups_and_a_failed_group_alone_is_owed() -> None:
+    splits = {s.split_id: s for s in (KafkaPartitionSplit("east", t, p, 0) for t, p in THOUSANDS)}
+    positions = {f"east/{t}/{p}": 5 for t, p in THOUSANDS}
+    east = Cluster()
+    clusters: dict[str, Any] = {"east": east}
+    committed: list[tuple[str, Offsets]] = []
+    ledger = CommitLedger()
+    wait = ledger.commit(1, positions, splits, clusters, lambda c, o: committed.append((c, o)))
+    assert [len(r) for r, _f in east.requests] == [1000, 1000, 345]
+    assert {tp for r, _f in east.requests for tp in r} == set(THOUSANDS)
+    (first, f1), (second, f2), (third, f3) = east.requests
+    f1.set_result(None)
+    f2.set_exception(RuntimeError("coordinator not available"))
+    f3.set_result(None)
+    wait(1.0)
+    assert committed == [("east", first), ("east", third)]
+    assert ledger.owed() == {"east": second}
+    ledger.commit(2, {}, splits, clusters, lambda c, o: None)
+    assert east.requests[3][0] == second  # owed, sent again with the next checkpoint
+
+
+def test_a_cluster_whose_client_is_gone_owes_every_group() -> None:
+    splits = {s.split_id: s for s in (KafkaPartitionSplit("east", t, p, 0) for t, p in THOUSANDS)}
+
+    class Gone:
+        def commit_offsets(self, offsets: Offsets) -> Future[None]:
+            raise RuntimeError("admin client closed")
+
+    gone: dict[str, Any] = {"east": Gone()}
+    ledger = CommitLedger()
+    ledger.commit(1, {f"east/{t}/{p}": 3 for t, p in THOUSANDS}, splits, gone, lambda c, o: None)
+    assert ledger.owed() == {"east": dict.fromkeys(THOUSANDS, 3)}
+
+
 def test_encoding_a_slice_at_a_time_gives_the_bytes_of_one_dumps() -> None:
     rng = random.Random(3)
     positions = {f"c/t{i // 100}/{i % 100}": rng.randrange(10**9) for i in range(4_321)}
