@@ -341,18 +341,25 @@ def test_open_async_archive_then_kafka(kafka_cluster: Cluster, tmp_path: Path) -
     assert asyncio.run(main()) == list(range(60))
 
 
+def _archive_then_live(kafka_cluster: Cluster, prefix: str) -> HybridSource:
+    """Offsets 0-49 of two partitions in an in-memory archive, then a Kafka stage up to the end of a new
+    topic holding 150 records in each (the first 50 of which the archive has)."""
+    topic = kafka_cluster.create_topic(prefix, partitions=2)
+    for p in (0, 1):
+        kafka_cluster.produce(topic, _values(150), partition=p)
+    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(50) for p in (0, 1)})
+    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
+    hybrid = HybridSource.builder(archive).add_source(live).build()
+    return hybrid
+
+
 def test_open_async_periodic_checkpoint_in_the_live_stage_is_exact(
     kafka_cluster: Cluster, tmp_path: Path
 ) -> None:
     """A ``poll`` due for a checkpoint in the Kafka stage only captures it (the source's checkpoint goes to its
     checkpoint thread, the hybrid state is written in the background); the restore goes on right after the
     records returned before that ``poll``, also those returned while it was written come again."""
-    topic = kafka_cluster.create_topic("hyp", partitions=2)
-    for p in (0, 1):
-        kafka_cluster.produce(topic, _values(150), partition=p)
-    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(50) for p in (0, 1)})
-    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
-    hybrid = HybridSource.builder(archive).add_source(live).build()
+    hybrid = _archive_then_live(kafka_cluster, "hyp")
     ckpt = tmp_path / "ckpt"
 
     async def main() -> tuple[list[SourceRecord], list[SourceRecord]]:
@@ -380,12 +387,7 @@ def test_periodic_checkpoint_in_the_live_stage_is_exact(
     checkpoint goes to its checkpoint thread, the hybrid state to ``mcs-hybrid-checkpoint-<source>``) and
     returns while the hybrid state's write is held; the restore goes on right after the records returned
     before that ``poll``, also those returned while it was written come again."""
-    topic = kafka_cluster.create_topic("hys", partitions=2)
-    for p in (0, 1):
-        kafka_cluster.produce(topic, _values(150), partition=p)
-    archive = InMemoryArchiveStage({f"c/{topic}/{p}": _values(50) for p in (0, 1)})
-    live = _source({"c": (kafka_cluster, topic)}, bounded=OffsetsInitializer.latest())
-    hybrid = HybridSource.builder(archive).add_source(live).build()
+    hybrid = _archive_then_live(kafka_cluster, "hys")
     ckpt = tmp_path / "ckpt"
     entered, release, real = threading.Event(), threading.Event(), HybridStateStore.write
 
