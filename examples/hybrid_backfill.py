@@ -56,8 +56,9 @@ MORE = 200  # records per partition the producers add while the job reads
 
 
 def produce(bootstrap: str, topic: str, cluster: str, start: int, count: int) -> None:
-    """Records ``{"id": i, "cluster": ...}`` for i in [start, start + count) to every partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    """Records ``{"id": i, "cluster": ...}`` for i in [start, start + count) to every partition, in order
+    (idempotence: without it a retried batch may land after the next one, and the audit's id != offset)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for p in range(PARTITIONS):
         for i in range(start, start + count):
             producer.produce(topic, json.dumps({"id": i, "cluster": cluster}).encode(), partition=p)
