@@ -83,7 +83,7 @@ class Held:
             self._pre = later()
         else:
             pre = copy.deepcopy(reader.snapshot())
-            self._pre = lambda: copy.deepcopy(pre)
+            self._pre = lambda: pre  # as before snapshot_later: one copy, handed to each checkpoint
         self._pre_skip = dict(self.skip)
 
     def take(self, max_records: int) -> list[SourceRecord]:
