@@ -288,6 +288,7 @@ def test_periodic_checkpoints_cover_what_was_returned_before_the_poll_that_took_
         async with source.open_async(checkpoint_dir=ckpt, checkpoint_interval=0.01) as s:
             while len(got) < 150:  # periodic checkpoints are written meanwhile
                 got.extend(await s.poll(timeout=0.5, max_records=min(20, 150 - len(got))))
+                await asyncio.sleep(0.02)  # one is due before the next poll (records come faster)
             while s.stream._checkpointer.busy:  # the last one taken is written: the next poll takes one
                 await asyncio.sleep(0.01)
             after: list[SourceRecord] = []
