@@ -4,13 +4,14 @@ the source's starting offsets), the log line per translated split, and ``close``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
 
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
-from multicluster_source.replicas._lookup import ClusterLookup
+from multicluster_source.replicas._lookup import ClusterLookup, LookupDeferred
 from multicluster_source.replicas._model import OriginPosition, Translation
 
 __all__ = ["START_OFFSET", "BaseTranslator", "start_translation", "wait_for_end"]
@@ -19,6 +20,9 @@ START_OFFSET = -1
 """``to_offset`` of a ``start`` translation: no translated position, use the source's starting offsets."""
 
 _log = logging.getLogger("multicluster_source.replicas")
+_ROUNDS = 8
+"""Rounds of batched look-ups in one :meth:`BaseTranslator.translate` (a translation needs up to four, more
+when the offset syncs move meanwhile); then the rest looks up one split at a time."""
 
 
 class BaseTranslator:
@@ -52,16 +56,41 @@ class BaseTranslator:
         origin_reachable: bool,
         wait_s: float,
     ) -> list[Translation]:
-        """One :class:`Translation` per pair, in order (``wait_s`` bounds the waiting of the whole call)."""
+        """One :class:`Translation` per pair, in order (``wait_s`` bounds the waiting of the whole call).
+
+        With :meth:`batched_lookups`, every split is translated in rounds: a round runs each split's
+        translation until it needs a look-up not fetched yet (:class:`LookupDeferred`), then fetches what
+        all of them need together, and the next round replays those splits. After :data:`_ROUNDS` rounds,
+        what is left looks up one split at a time, as a translator without batches does."""
         deadline = time.monotonic() + max(0.0, wait_s)
-        out: list[Translation] = []
-        for position, to_split in handovers:
-            try:
-                translation = self.translate_one(
-                    position, to_split, origin_reachable=origin_reachable, deadline=deadline
-                )
-            except Exception as exc:  # one split's failure must not stop the others' handover
-                translation = start_translation(position, to_split, f"could not translate: {exc}")
+        lookups = self.batched_lookups()
+        out: list[Translation | None] = [None] * len(handovers)
+        with contextlib.ExitStack() as stack:
+            for lookup in lookups:
+                stack.enter_context(lookup.batch())
+            pending = list(range(len(handovers)))
+            for round_ in range(_ROUNDS + 1):
+                for lookup in lookups:
+                    lookup.defer(round_ < _ROUNDS)
+                deferred: list[int] = []
+                for i in pending:
+                    position, to_split = handovers[i]
+                    try:
+                        out[i] = self.translate_one(
+                            position, to_split, origin_reachable=origin_reachable, deadline=deadline
+                        )
+                    except LookupDeferred:
+                        deferred.append(i)
+                    except Exception as exc:  # one split's failure must not stop the others' handover
+                        out[i] = start_translation(position, to_split, f"could not translate: {exc}")
+                if not deferred:
+                    break
+                for lookup in lookups:
+                    lookup.fetch_deferred()
+                pending = deferred
+        done = [t for t in out if t is not None]
+        assert len(done) == len(handovers)  # the last round defers nothing
+        for translation in done:
             _log.info(
                 "cluster=%s: handover %s@%d -> %s@%d mode=%s max_repeats=%s: %s",
                 self.replica.cluster_id,
@@ -73,8 +102,12 @@ class BaseTranslator:
                 translation.max_repeats,
                 translation.detail,
             )
-            out.append(translation)
-        return out
+        return done
+
+    def batched_lookups(self) -> Sequence[ClusterLookup]:
+        """The look-ups whose requests :meth:`translate` gathers into batches (none: one split at a time;
+        a translator that polls a look-up until it changes, as ``identical`` does, must not batch it)."""
+        return ()
 
     def translate_one(
         self, position: OriginPosition, to_split: str, *, origin_reachable: bool, deadline: float

@@ -1,6 +1,14 @@
 """Look-ups a translation makes on one cluster: a partition's log start and end, the first offset at a time,
 and the records of a bounded offset range (to recognise a record's copy). One assign-only consumer per
 cluster, created on first use and closed by :meth:`ClusterLookup.close`; it never commits.
+
+**Batches.** A handover moves every partition of a topic or cluster at once, and one look-up at a time costs
+a round trip each, reads a fetch wait more (about 250 ms a partition for a ``mirrormaker2`` translation on
+local brokers). Inside :meth:`ClusterLookup.batch` a look-up that was not fetched yet is *deferred*: it is
+noted and :class:`LookupDeferred` is raised; :meth:`ClusterLookup.fetch_deferred` then asks for every noted
+one together (log starts and ends in requests of up to 1,000 partitions, reads with every partition
+assigned at once), and the caller replays what it was doing, now served from what was fetched (answers and
+errors alike). :meth:`~multicluster_source.replicas._base.BaseTranslator.translate` drives the replays.
 """
 
 from __future__ import annotations
@@ -9,8 +17,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -19,13 +27,37 @@ from multicluster_source.framework._clientconf import cluster_client_config
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 
-__all__ = ["ClusterLookup", "RecordCopy", "ReplicaLookupError"]
+__all__ = ["BATCH_PARTITIONS", "ClusterLookup", "LookupDeferred", "RecordCopy", "ReplicaLookupError"]
 
 _log = logging.getLogger("multicluster_source.replicas")
 
 
+BATCH_PARTITIONS = 1000
+"""At most this many partitions in one batched request (a batched read assigns at most this many)."""
+_BATCH_RECORDS = 200_000
+"""A batched read holds the records of at most this many partitions' limits together."""
+
+
 class ReplicaLookupError(Exception):
     """A look-up on a cluster failed (unreachable, timed out, topic gone); the message says which."""
+
+
+class LookupDeferred(Exception):
+    """Inside :meth:`ClusterLookup.batch`: the look-up is noted, to be fetched with the others first."""
+
+
+_Read = tuple[str, int, int, int, int]  # topic, partition, start, end, limit
+
+
+@dataclass
+class _Batch:
+    """Answers fetched for one batch, and what is noted for the next fetch (one thread)."""
+
+    deferring: bool = True
+    marks: dict[tuple[str, int], tuple[int, int] | ReplicaLookupError] = field(default_factory=dict)
+    reads: dict[_Read, list[RecordCopy] | ReplicaLookupError] = field(default_factory=dict)
+    want_marks: set[tuple[str, int]] = field(default_factory=set)
+    want_reads: dict[_Read, float] = field(default_factory=dict)  # with its time-out
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,36 @@ class ClusterLookup:
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._batch: _Batch | None = None
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Look-ups inside are deferred until :meth:`fetch_deferred` (see the module text); what was fetched
+        is forgotten at the end."""
+        self._batch = _Batch()
+        try:
+            yield
+        finally:
+            self._batch = None
+
+    def defer(self, deferring: bool) -> None:
+        """Inside :meth:`batch`: whether a look-up not fetched yet is deferred (True) or made at once."""
+        if self._batch is not None:
+            self._batch.deferring = deferring
+
+    def fetch_deferred(self) -> int:
+        """Fetch every look-up deferred since the last call, together; returns how many were noted."""
+        batch = self._batch
+        if batch is None:
+            return 0
+        marks, batch.want_marks = sorted(batch.want_marks), set()
+        reads, batch.want_reads = batch.want_reads, {}
+        for start in range(0, len(marks), BATCH_PARTITIONS):
+            batch.marks.update(self._watermarks_of(marks[start : start + BATCH_PARTITIONS]))
+        for group in _read_groups(sorted(reads)):
+            timeout_s = max(reads[key] for key in group)
+            batch.reads.update(self._read_many(group, timeout_s))
+        return len(marks) + len(reads)
 
     @property
     def cluster_id(self) -> str:
@@ -104,7 +166,17 @@ class ClusterLookup:
             return self._consumer
 
     def watermarks(self, topic: str, partition: int, *, timeout_s: float | None = None) -> tuple[int, int]:
-        """``(log start, end)`` of a partition."""
+        """``(log start, end)`` of a partition (inside :meth:`batch`: as fetched, or deferred)."""
+        batch = self._batch
+        if batch is not None:
+            known = batch.marks.get((topic, partition))
+            if isinstance(known, ReplicaLookupError):
+                raise known
+            if known is not None:
+                return known
+            if batch.deferring:
+                batch.want_marks.add((topic, partition))
+                raise LookupDeferred(self._what(topic, partition, "watermarks"))
         try:
             low, high = self._client().get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=timeout_s or self.timeout_s, cached=False
@@ -132,43 +204,86 @@ class ClusterLookup:
         self, topic: str, partition: int, start: int, end: int, *, limit: int, timeout_s: float | None = None
     ) -> list[RecordCopy]:
         """The records at offsets ``start`` up to (excluding) ``end``, at most ``limit``, in order; fewer when
-        the partition ends first or the time runs out (offsets of compacted or control records are absent)."""
+        the partition ends first or the time runs out (offsets of compacted or control records are absent).
+        Inside :meth:`batch`: as fetched, or deferred."""
         if end <= start or limit <= 0:
             return []
-        consumer = self._client()
-        out: list[RecordCopy] = []
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        batch = self._batch
+        key = (topic, partition, start, end, limit)
+        if batch is not None:
+            known = batch.reads.get(key)
+            if isinstance(known, ReplicaLookupError):
+                raise known
+            if known is not None:
+                return known
+            if batch.deferring:
+                batch.want_reads[key] = timeout_s or self.timeout_s
+                raise LookupDeferred(self._what(topic, partition, f"read {start}..{end - 1}"))
+        got = self._read_many([key], timeout_s or self.timeout_s)[key]
+        if isinstance(got, ReplicaLookupError):
+            raise got
+        return got
+
+    def _watermarks_of(
+        self, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[int, int] | ReplicaLookupError]:
+        """Log starts and ends of ``partitions``: two ListOffsets requests (earliest, latest) for all."""
+        out: dict[tuple[str, int], tuple[int, int] | ReplicaLookupError] = {}
         try:
-            consumer.assign([TopicPartition(topic, partition, start)])
-            while len(out) < limit and time.monotonic() < deadline:
-                batch = consumer.consume(min(500, limit - len(out)), timeout=0.2)
-                done = False
-                for msg in batch:
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            done = True
-                            break
-                        if error.fatal() or error.code() in _HARD_ERRORS:
-                            raise ReplicaLookupError(self._what(topic, partition, f"read: {error.str()}"))
-                        continue
-                    offset = msg.offset() or 0
-                    if offset >= end:
-                        done = True
-                        break
-                    _kind, ts = msg.timestamp()
-                    out.append(RecordCopy(offset, msg.key(), msg.value(), _headers(msg.headers()), int(ts)))
-                    if offset + 1 >= end or len(out) >= limit:
-                        done = True
-                        break
-                if done:
-                    break
+            consumer = self._client()
+            ends = [
+                consumer.offsets_for_times(
+                    [TopicPartition(t, p, which) for t, p in partitions], timeout=self.timeout_s
+                )
+                for which in (_EARLIEST, _LATEST)
+            ]
         except KafkaException as exc:
-            raise ReplicaLookupError(self._what(topic, partition, f"read: {_text(exc)}")) from None
+            for t, p in partitions:
+                out[(t, p)] = ReplicaLookupError(self._what(t, p, f"watermarks: {_text(exc)}"))
+            return out
+        for low, high in zip(*ends, strict=True):
+            key = (low.topic, low.partition)
+            error = low.error or high.error
+            if error is not None or low.offset < 0 or high.offset < 0:
+                why = error.str() if error is not None else "no offsets in the answer"
+                out[key] = ReplicaLookupError(self._what(key[0], key[1], f"watermarks: {why}"))
+            else:
+                out[key] = (int(low.offset), int(high.offset))
+        return out
+
+    def _read_many(
+        self, reads: list[_Read], timeout_s: float
+    ) -> dict[_Read, list[RecordCopy] | ReplicaLookupError]:
+        """:meth:`read` of several partitions (one range each) with all of them assigned at once; a
+        partition is paused once its range is read."""
+        got: dict[_Read, list[RecordCopy] | ReplicaLookupError] = {key: [] for key in reads}
+        open_: dict[tuple[str, int], _Read] = {(key[0], key[1]): key for key in reads}
+        consumer = self._client()
+        deadline = time.monotonic() + timeout_s
+        try:
+            consumer.assign([TopicPartition(t, p, start) for t, p, start, _e, _l in reads])
+            while open_ and time.monotonic() < deadline:
+                ended: list[tuple[str, int]] = []
+                for msg in consumer.consume(500, timeout=0.05):
+                    where = (str(msg.topic()), int(msg.partition() or 0))
+                    key = open_.get(where)
+                    if key is not None and _take(msg, key, got):
+                        del open_[where]
+                        ended.append(where)
+                if ended:
+                    consumer.pause([TopicPartition(t, p) for t, p in ended])
+        except KafkaException as exc:
+            for key in open_.values():
+                got[key] = ReplicaLookupError(self._what(key[0], key[1], f"read: {_text(exc)}"))
         finally:
+            with contextlib.suppress(KafkaException):  # a partition stays paused past its unassign
+                consumer.resume([TopicPartition(t, p) for t, p, *_rest in reads])
             with contextlib.suppress(KafkaException):
                 consumer.unassign()
-        return out
+        for key, value in got.items():
+            if isinstance(value, _Failed):
+                got[key] = ReplicaLookupError(self._what(key[0], key[1], f"read: {value.text}"))
+        return got
 
     def close(self) -> None:
         """Close the consumer (idempotent)."""
@@ -182,6 +297,60 @@ class ClusterLookup:
 
     def _what(self, topic: str, partition: int, text: str) -> str:
         return f"cluster {self.cluster_id} {topic}/{partition}: {text}"
+
+
+_EARLIEST, _LATEST = -2, -1  # ListOffsets' special timestamps
+
+
+class _Failed(list[RecordCopy]):
+    """A batched read's hard error, kept in place of its records until the read ends."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+def _take(msg: Any, key: _Read, got: dict[_Read, Any]) -> bool:
+    """One message of a batched read into ``got[key]``; True when that partition's range is done."""
+    _t, _p, _start, end, limit = key
+    error = msg.error()
+    if error is not None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return True
+        if error.fatal() or error.code() in _HARD_ERRORS:
+            got[key] = _Failed(error.str())
+            return True
+        return False
+    offset = msg.offset() or 0
+    if offset >= end:
+        return True
+    _kind, ts = msg.timestamp()
+    records = got[key]
+    records.append(RecordCopy(offset, msg.key(), msg.value(), _headers(msg.headers()), int(ts)))
+    return offset + 1 >= end or len(records) >= limit
+
+
+def _read_groups(reads: list[_Read]) -> Iterator[list[_Read]]:
+    """Reads in groups of one range per partition, at most :data:`BATCH_PARTITIONS` partitions and about
+    :data:`_BATCH_RECORDS` records each (a second range of a partition goes in a later group)."""
+    left = list(reads)
+    while left:
+        group: list[_Read] = []
+        later: list[_Read] = []
+        seen: set[tuple[str, int]] = set()
+        records = 0
+        for key in left:
+            t, p, start, end, limit = key
+            size = min(limit, end - start)
+            full = len(group) >= BATCH_PARTITIONS or (group and records + size > _BATCH_RECORDS)
+            if (t, p) in seen or full:
+                later.append(key)
+            else:
+                group.append(key)
+                seen.add((t, p))
+                records += size
+        yield group
+        left = later
 
 
 _HARD_ERRORS = frozenset(

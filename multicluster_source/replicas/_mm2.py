@@ -93,6 +93,10 @@ class MirrorMaker2Translator(BaseTranslator):
         self._checkpoints = None
         return super().translate(handovers, origin_reachable=origin_reachable, wait_s=wait_s)
 
+    def batched_lookups(self) -> Sequence[ClusterLookup]:
+        """Both clusters' look-ups: a translation's reads and log ends are gathered (see ``translate``)."""
+        return (self.origin_lookup, self.replica_lookup)
+
     def translate_one(
         self, position: OriginPosition, to_split: str, *, origin_reachable: bool, deadline: float
     ) -> Translation:

@@ -19,6 +19,12 @@ from harness.mm2 import MM2Pair, precreate_replica_topic, read_partition
 from harness.scenario import cluster_md
 from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.replicas import OriginPosition, Translation
+from multicluster_source.replicas._lookup import (
+    ClusterLookup,
+    LookupDeferred,
+    RecordCopy,
+    ReplicaLookupError,
+)
 from multicluster_source.replicas._translate import make_translator
 
 pytestmark = pytest.mark.integration
@@ -118,6 +124,67 @@ def test_mirrormaker2_translates_synced_unsynced_and_end_positions_exactly(mm2_p
             _assert_copy_at(mm2_pair, topic, t)
     details = " ".join(t.detail for t in out)
     assert "offset sync" in details and "record matched" in details
+
+
+def test_a_topic_of_many_partitions_translates_exactly_asking_each_cluster_a_few_times(
+    mm2_pair: MM2Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    east, mm2 = mm2_pair.east, mm2_pair.mm2
+    topic = precreate_replica_topic(mm2_pair, 40, filler=3)
+    _produce_keyed(east, topic, 40, 30)
+    mm2.wait_caught_up(topic, shifted=3)
+    reads: list[tuple[str, int]] = []  # (cluster, partitions) of every read the look-ups make
+    read_many = ClusterLookup._read_many
+
+    def counted(lookup: ClusterLookup, ranges, timeout_s):
+        reads.append((lookup.cluster_id, len(ranges)))
+        return read_many(lookup, ranges, timeout_s)
+
+    monkeypatch.setattr(ClusterLookup, "_read_many", counted)
+    positions: list[tuple[int, int, int | None]] = [(p, 5 + p % 20, None) for p in range(40)]
+    out = _translate(mm2_pair, topic, "mirrormaker2", positions, wait_s=30.0)
+    for t in out:  # each right after the copy of the last record before its position, as alone
+        assert t.mode == "exact" and t.max_repeats == 0, t
+        assert t.to_offset == t.from_offset + 3, t
+        _assert_copy_at(mm2_pair, topic, t)
+    assert len(reads) <= 8, reads  # one read per partition and cluster would be 80
+    assert sum(n for _c, n in reads) >= 40
+
+
+def test_a_look_up_reads_a_partition_again_after_reading_it(mm2_pair: MM2Pair) -> None:
+    east = mm2_pair.east
+    topic = east.create_topic("reread", partitions=2)
+    _produce_keyed(east, topic, 2, 12)
+    lookup = ClusterLookup(cluster_md(east, topic), None, role="replica")
+    try:
+        first = lookup.read(topic, 0, 0, 5, limit=5)
+        again = lookup.read(topic, 0, 2, 9, limit=10)  # the partition was paused once its range was read
+        assert [r.offset for r in first] == [0, 1, 2, 3, 4]
+        assert [r.offset for r in again] == list(range(2, 9))
+        with lookup.batch():
+            for ask in (lambda: lookup.read(topic, 1, 0, 12, limit=12), lambda: lookup.watermarks(topic, 1)):
+                with pytest.raises(LookupDeferred):
+                    ask()
+            with pytest.raises(LookupDeferred):
+                lookup.read(topic, 0, 100, 105, limit=5)  # past the end: an offset out of range
+            assert lookup.fetch_deferred() == 3
+            assert [r.value for r in lookup.read(topic, 1, 0, 12, limit=12)] == [
+                r.value for r in lookup_alone(east, topic, 1)
+            ]
+            assert lookup.watermarks(topic, 1) == (0, 12)
+            with pytest.raises(ReplicaLookupError, match=f"{topic}/0: read"):
+                lookup.read(topic, 0, 100, 105, limit=5)  # the failure is that read's, kept
+    finally:
+        lookup.close()
+
+
+def lookup_alone(cluster: Cluster, topic: str, partition: int) -> list[RecordCopy]:
+    """Partition ``partition``'s 12 records read by a look-up of their own, outside a batch."""
+    alone = ClusterLookup(cluster_md(cluster, topic), None, role="origin")
+    try:
+        return alone.read(topic, partition, 0, 12, limit=12)
+    finally:
+        alone.close()
 
 
 def test_without_the_origin_answers_are_conservative_and_skip_nothing(mm2_pair: MM2Pair) -> None:

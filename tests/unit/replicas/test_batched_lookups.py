@@ -1,0 +1,140 @@
+"""Look-ups gathered into batches (``ClusterLookup.batch``, ``BaseTranslator.translate``'s rounds), without a
+broker: the look-up's two batched requests (log ends, reads) are replaced by an in-memory cluster that counts
+them. A handover of thousands of partitions asks each cluster a few times, not once per partition, and every
+split gets the answer it would get alone; one partition's failure stays that split's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from multicluster_source.metadata import ClusterMetadata
+from multicluster_source.metadata._replica import ReplicaOf
+from multicluster_source.replicas import OriginPosition, Translation, _base
+from multicluster_source.replicas._base import BaseTranslator
+from multicluster_source.replicas._lookup import ClusterLookup, RecordCopy, ReplicaLookupError
+
+EAST = ClusterMetadata("east", "127.0.0.1:1", frozenset({"t"}))
+WEST = ClusterMetadata("west", "127.0.0.1:2", frozenset({"t"}))
+
+
+class _Cluster:
+    """Partition ``p`` of topic ``t`` holds offsets ``p % 7`` up to ``50 + p`` (log start, end); every
+    record's value names its offset. Counts the batched requests and the partitions in each."""
+
+    def __init__(self, broken: frozenset[int] = frozenset()) -> None:
+        self.broken = broken
+        self.mark_requests: list[int] = []
+        self.read_requests: list[int] = []
+
+    def marks(self, partitions: list[tuple[str, int]]) -> dict[Any, Any]:
+        self.mark_requests.append(len(partitions))
+        out: dict[Any, Any] = {}
+        for topic, p in partitions:
+            if p in self.broken:
+                out[(topic, p)] = ReplicaLookupError(f"cluster west {topic}/{p}: watermarks: not leader")
+            else:
+                out[(topic, p)] = (p % 7, 50 + p)
+        return out
+
+    def reads(self, reads: list[Any], timeout_s: float) -> dict[Any, Any]:
+        self.read_requests.append(len(reads))
+        assert len({(t, p) for t, p, *_ in reads}) == len(reads), "one range per partition in a request"
+        return {
+            (t, p, start, end, limit): [
+                RecordCopy(o, None, str(o).encode(), (), 0) for o in range(start, min(end, 50 + p))
+            ][:limit]
+            for t, p, start, end, limit in reads
+        }
+
+
+class _LastRecord(BaseTranslator):
+    """A translation that needs two dependent look-ups, as ``mirrormaker2``'s do: the log start, then the
+    records from there up to the position; the answer is right after the last record read."""
+
+    batched = True
+
+    def batched_lookups(self) -> tuple[ClusterLookup, ...]:
+        return (self.replica_lookup,) if self.batched else ()
+
+    def translate_one(
+        self, position: OriginPosition, to_split: str, *, origin_reachable: bool, deadline: float
+    ) -> Translation:
+        partition = int(to_split.rsplit("/", 1)[1])
+        low, _high = self.replica_lookup.watermarks("t", partition)
+        records = self.replica_lookup.read(
+            "t", partition, max(low, position.offset - 5), position.offset, limit=5
+        )
+        to = records[-1].offset + 1 if records else low
+        return Translation(position.split, to_split, position.offset, to, "exact", 0, f"from {low}")
+
+
+def _translator(cluster: _Cluster, monkeypatch: pytest.MonkeyPatch) -> _LastRecord:
+    translator = _LastRecord(ReplicaOf("east", "mirrormaker2"), EAST, WEST)
+    monkeypatch.setattr(ClusterLookup, "_watermarks_of", cluster.marks)
+    monkeypatch.setattr(ClusterLookup, "_read_many", cluster.reads)
+    return translator
+
+
+def _asks(n: int) -> list[tuple[OriginPosition, str]]:
+    return [(OriginPosition(f"east/t/{p}", 20 + p % 11, None), f"west/t/{p}") for p in range(n)]
+
+
+def test_thousands_of_splits_ask_each_cluster_a_few_times_with_the_answers_they_get_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = _Cluster()
+    translator = _translator(cluster, monkeypatch)
+    out = translator.translate(_asks(2345), origin_reachable=True, wait_s=0)
+    assert cluster.mark_requests == [1000, 1000, 345]  # log starts of every partition, 1,000 a request
+    assert cluster.read_requests == [1000, 1000, 345]  # then every partition's records, 1,000 a request
+    assert [t.to_offset for t in out] == [20 + p % 11 for p in range(2345)]  # right after offset - 1
+    assert [t.to_split for t in out] == [f"west/t/{p}" for p in range(2345)]  # in the order asked
+
+    # the same translation one split at a time (the look-ups answered by the same cluster)
+    alone = _LastRecord(ReplicaOf("east", "mirrormaker2"), EAST, WEST)
+    alone.batched = False
+    monkeypatch.setattr(ClusterLookup, "watermarks", lambda _lk, t, p, **_: cluster.marks([(t, p)])[(t, p)])
+    monkeypatch.setattr(
+        ClusterLookup,
+        "read",
+        lambda _lk, t, p, s, e, *, limit, timeout_s=None: cluster.reads([(t, p, s, e, limit)], 1)[
+            (t, p, s, e, limit)
+        ],
+    )
+    assert alone.translate(_asks(2345), origin_reachable=True, wait_s=0) == out
+
+
+def test_one_partitions_failed_look_up_is_that_splits_start_and_the_others_translate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = _Cluster(broken=frozenset({3}))
+    translator = _translator(cluster, monkeypatch)
+    out = translator.translate(_asks(10), origin_reachable=True, wait_s=0)
+    assert out[3].mode == "start" and "west t/3: watermarks: not leader" in out[3].detail
+    assert all(t.mode == "exact" for i, t in enumerate(out) if i != 3)
+    assert cluster.mark_requests == [10] and cluster.read_requests == [9]
+
+
+class _Moving(_LastRecord):
+    """Asks for another range at every replay (as when the offset syncs move between rounds)."""
+
+    def translate_one(
+        self, position: OriginPosition, to_split: str, *, origin_reachable: bool, deadline: float
+    ) -> Translation:
+        self.calls = getattr(self, "calls", 0) + 1
+        partition = int(to_split.rsplit("/", 1)[1])
+        records = self.replica_lookup.read("t", partition, self.calls, self.calls + 3, limit=3)
+        return Translation(position.split, to_split, position.offset, records[-1].offset, "exact", 0, "")
+
+
+def test_a_translation_that_asks_anew_at_every_round_ends_looking_up_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = _Cluster()
+    translator = _Moving(ReplicaOf("east", "mirrormaker2"), EAST, WEST)
+    monkeypatch.setattr(ClusterLookup, "_read_many", cluster.reads)
+    (out,) = translator.translate(_asks(1), origin_reachable=True, wait_s=0)
+    assert len(cluster.read_requests) == _base._ROUNDS + 1  # every round's, then the last one made at once
+    assert out.mode == "exact" and out.to_offset == translator.calls + 2
