@@ -3,8 +3,8 @@ and the records of a bounded offset range (to recognise a record's copy). One as
 cluster, created on first use and closed by :meth:`ClusterLookup.close`; it never commits.
 
 **Batches.** A handover moves every partition of a topic or cluster at once, and one look-up at a time costs
-a round trip each, reads a fetch wait more (about 250 ms a partition for a ``mirrormaker2`` translation on
-local brokers). Inside :meth:`ClusterLookup.batch` a look-up that was not fetched yet is *deferred*: it is
+a round trip each, reads a fetch wait more (0.1-0.4 s a partition for a ``mirrormaker2`` translation on
+local brokers: ``benchmarks/bench_handover_scale.py``). Inside :meth:`ClusterLookup.batch` a look-up that was not fetched yet is *deferred*: it is
 noted and :class:`LookupDeferred` is raised; :meth:`ClusterLookup.fetch_deferred` then asks for every noted
 one together (log starts and ends in requests of up to 1,000 partitions, reads with every partition
 assigned at once), and the caller replays what it was doing, now served from what was fetched (answers and
@@ -255,7 +255,7 @@ class ClusterLookup:
         self, reads: list[_Read], timeout_s: float
     ) -> dict[_Read, list[RecordCopy] | ReplicaLookupError]:
         """:meth:`read` of several partitions (one range each) with all of them assigned at once; a
-        partition is paused once its range is read."""
+        partition is paused once its range is read, and every one is resumed before the unassign."""
         got: dict[_Read, list[RecordCopy] | ReplicaLookupError] = {key: [] for key in reads}
         open_: dict[tuple[str, int], _Read] = {(key[0], key[1]): key for key in reads}
         consumer = self._client()
