@@ -4,11 +4,12 @@ cluster, created on first use and closed by :meth:`ClusterLookup.close`; it neve
 
 **Batches.** A handover moves every partition of a topic or cluster at once, and one look-up at a time costs
 a round trip each, reads a fetch wait more (0.1-0.4 s a partition for a ``mirrormaker2`` translation on
-local brokers: ``benchmarks/bench_handover_scale.py``). Inside :meth:`ClusterLookup.batch` a look-up that was not fetched yet is *deferred*: it is
-noted and :class:`LookupDeferred` is raised; :meth:`ClusterLookup.fetch_deferred` then asks for every noted
-one together (log starts and ends in requests of up to 1,000 partitions, reads with every partition
-assigned at once), and the caller replays what it was doing, now served from what was fetched (answers and
-errors alike). :meth:`~multicluster_source.replicas._base.BaseTranslator.translate` drives the replays.
+local brokers: ``benchmarks/bench_handover_scale.py``). Inside :meth:`ClusterLookup.batch` a look-up that
+was not fetched yet is *deferred*: it is noted and :class:`LookupDeferred` is raised;
+:meth:`ClusterLookup.fetch_deferred` then asks for every noted one together (log starts and ends in
+requests of up to 1,000 partitions, reads with every partition assigned at once), and the caller replays
+what it was doing, now served from what was fetched (answers and errors alike).
+:meth:`~multicluster_source.replicas._base.BaseTranslator.translate` drives the replays.
 """
 
 from __future__ import annotations
