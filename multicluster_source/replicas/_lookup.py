@@ -257,7 +257,8 @@ class ClusterLookup:
     ) -> dict[_Read, list[RecordCopy] | ReplicaLookupError]:
         """:meth:`read` of several partitions (one range each) with all of them assigned at once; a
         partition is paused once its range is read, and every one is resumed before the unassign."""
-        got: dict[_Read, list[RecordCopy] | ReplicaLookupError] = {key: [] for key in reads}
+        records: dict[_Read, list[RecordCopy]] = {key: [] for key in reads}
+        got: dict[_Read, list[RecordCopy] | ReplicaLookupError] = dict(records)  # a failure replaces its list
         open_: dict[tuple[str, int], _Read] = {(key[0], key[1]): key for key in reads}
         consumer = self._client()
         deadline = time.monotonic() + timeout_s
@@ -268,7 +269,13 @@ class ClusterLookup:
                 for msg in consumer.consume(500, timeout=0.05):
                     where = (str(msg.topic()), int(msg.partition() or 0))
                     key = open_.get(where)
-                    if key is not None and _take(msg, key, got):
+                    if key is None:
+                        continue
+                    try:
+                        done = _take(msg, key, records[key])
+                    except ReplicaLookupError as exc:
+                        got[key], done = ReplicaLookupError(self._what(*where, f"read: {exc}")), True
+                    if done:
                         del open_[where]
                         ended.append(where)
                 if ended:
@@ -281,9 +288,6 @@ class ClusterLookup:
                 consumer.resume([TopicPartition(t, p) for t, p, *_rest in reads])
             with contextlib.suppress(KafkaException):
                 consumer.unassign()
-        for key, value in got.items():
-            if isinstance(value, _Failed):
-                got[key] = ReplicaLookupError(self._what(key[0], key[1], f"read: {value.text}"))
         return got
 
     def close(self) -> None:
@@ -303,30 +307,21 @@ class ClusterLookup:
 _EARLIEST, _LATEST = -2, -1  # ListOffsets' special timestamps
 
 
-class _Failed(list[RecordCopy]):
-    """A batched read's hard error, kept in place of its records until the read ends."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-
-def _take(msg: Any, key: _Read, got: dict[_Read, Any]) -> bool:
-    """One message of a batched read into ``got[key]``; True when that partition's range is done."""
+def _take(msg: Any, key: _Read, records: list[RecordCopy]) -> bool:
+    """One message of a batched read into ``records``; True when that partition's range is done. Raises
+    :class:`ReplicaLookupError` with the broker's words on a hard error."""
     _t, _p, _start, end, limit = key
     error = msg.error()
     if error is not None:
         if error.code() == KafkaError._PARTITION_EOF:
             return True
         if error.fatal() or error.code() in _HARD_ERRORS:
-            got[key] = _Failed(error.str())
-            return True
+            raise ReplicaLookupError(error.str())
         return False
     offset = msg.offset() or 0
     if offset >= end:
         return True
     _kind, ts = msg.timestamp()
-    records = got[key]
     records.append(RecordCopy(offset, msg.key(), msg.value(), _headers(msg.headers()), int(ts)))
     return offset + 1 >= end or len(records) >= limit
 
