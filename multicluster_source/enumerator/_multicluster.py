@@ -241,8 +241,13 @@ class MultiClusterEnumerator:
         self._clusters.start(cluster, config, known=known, seen_topics=seen)
 
     def _retire(self, leaving: Sequence[KafkaPartitionSplit], now_ms: int) -> list[str]:
-        """Move active splits whose cluster or topic left the metadata to the removed set."""
+        """Move active splits whose cluster or topic left the metadata to the removed set, fenced at the
+        runtime first: nothing fetched of them before now is handed out from now on, so the position kept
+        for a re-add is the one the caller reached (``PositionTracker.fence``)."""
         gone = [s.split_id for s in leaving]
+        fence = getattr(self._ctx, "fence_positions", None)
+        if gone and fence is not None:
+            fence(gone)
         for sid in gone:
             split = self._splits.pop(sid)
             self._assigner.release([sid])

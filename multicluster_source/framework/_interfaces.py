@@ -51,6 +51,8 @@ class RecordBatch:
     event_times: Mapping[str, tuple[int, int]] | None = None
     """split id -> (smallest, largest) Kafka timestamp of this batch's messages of that split, computed by
     the fetcher when the source has a watermark strategy without timestamp assigner; else None."""
+    reset: bool = False
+    """The positions of an offset reset (no messages): they may move a split back, unlike delivered ones."""
 
 
 class SplitEnumeratorContext(Protocol):

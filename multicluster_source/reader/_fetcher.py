@@ -368,7 +368,7 @@ class ClusterFetcher:
             )
             self._lag.moved(resets)
             if outcome.positions:
-                emit(RecordBatch(self.cluster_id, [], outcome.positions), self._stopping.is_set)
+                emit(RecordBatch(self.cluster_id, [], outcome.positions, reset=True), self._stopping.is_set)
             finished.extend(outcome.finished)
         if finished:
             self._drop_finished(consumer, finished)

@@ -12,8 +12,10 @@ alive). What it took counts as delivered when :meth:`Delivery.settle` looks at h
 the batch, on a checkpoint, and before ``poll`` or ``poll_batches`` take over (which also end the iterator
 over that batch, so nothing is handed out twice).
 
-Given a :class:`~._handoff.PositionTracker` (rather than a bare ``advance`` callable), the records of splits
-a replica handover fenced are dropped from what ``poll`` and ``poll_batches`` return: the tracker refuses
+Given a :class:`~._handoff.PositionTracker` (rather than a bare ``advance`` callable), the records of fenced
+splits (a replica handover, or the split left the metadata) are dropped from what ``poll`` and
+``poll_batches`` return, and so are those of a guarded split (fenced, then assigned anew) below the position
+already delivered: a batch fetched before the fence that still waited in the hand-off. The tracker refuses
 their positions under the same lock the handover took the split's position with, so a record either counts
 in that position or is never handed out; batches taken after the fence lose those splits' messages at once.
 (The for loop hands a record out before it counts: a handover in the middle of the batch it iterates may
@@ -169,9 +171,14 @@ class Delivery:
             # with records in hand, only what is buffered: no fetching inline for more (memory, GC)
             batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=not have)
             if batch is not None:
-                batch = self._unfenced(batch)
                 if not batch.messages:  # positions alone (an offset reset): nothing to hand out
-                    self._advance(batch.positions)
+                    if batch.positions:
+                        self._advance_alone(batch)
+                    continue
+                batch = self._unfenced(batch)
+                if not batch.messages:
+                    if batch.positions:
+                        self._advance(batch.positions)
                     continue
                 self._batch, self._start = batch, 0
                 break
@@ -179,19 +186,40 @@ class Delivery:
                 return None
         return self._batch
 
+    def _advance_alone(self, batch: RecordBatch) -> None:
+        """Positions without messages: an offset reset's, or what is left of a batch of fenced splits."""
+        if self._tracker is None:
+            self._advance_to(batch.positions)
+        else:
+            self._tracker.advance(batch.positions, reset=batch.reset)
+
     def _unfenced(self, batch: RecordBatch) -> RecordBatch:
-        """``batch`` without the messages of splits a replica handover fenced (a batch fetched before)."""
-        fenced = self._tracker.fenced if self._tracker is not None else frozenset()
-        if not fenced or fenced.isdisjoint(batch.positions):
+        """``batch`` without the messages of splits that are fenced (a replica handover, or removed from the
+        metadata: fetched before), nor those of guarded splits below their delivered positions (fetched
+        before a fence, and handed out already or again from the split's resume position)."""
+        tracker = self._tracker
+        if tracker is None:
+            return batch
+        fenced, guarded = tracker.fenced, tracker.guarded
+        fenced_here = bool(fenced) and not fenced.isdisjoint(batch.positions)
+        floors = tracker.guarded_positions(batch.positions.keys()) if guarded else {}
+        if not fenced_here and not floors:
             return batch
         cid = batch.cluster_id
-        kept = [m for m in batch.messages if f"{cid}/{m.topic()}/{m.partition()}" not in fenced]
+        kept = []
+        for m in batch.messages:
+            sid = f"{cid}/{m.topic()}/{m.partition()}"
+            if sid in fenced or m.offset() < floors.get(sid, -1):
+                continue
+            kept.append(m)
+        left = {f"{cid}/{m.topic()}/{m.partition()}" for m in kept}
+        dropped = {s for s in batch.positions if s in fenced or (s in floors and s not in left)}
         times = batch.event_times
         if isinstance(times, BatchEventTimes):
             times = kafka_event_times(cid, kept, ends_only=times.ends_only)
         elif times is not None:
-            times = {s: t for s, t in times.items() if s not in fenced}
-        positions = {s: p for s, p in batch.positions.items() if s not in fenced}
+            times = {s: t for s, t in times.items() if s not in dropped}
+        positions = {s: p for s, p in batch.positions.items() if s not in dropped}
         return RecordBatch(cid, kept, positions, times)
 
     def _take(self, room: int) -> tuple[str, Sequence[Any], Mapping[str, int]]:

@@ -30,6 +30,13 @@ class PositionTracker:
     record fetched from the origin before the handover is never handed out after it. The taker also notes the
     last timestamp of *watched* splits (the ones a replica copies), for the ``timestamp`` translation.
 
+    A split that leaves the metadata is fenced the same way (nothing fetched before its removal is handed out
+    after it). When it is assigned anew (:meth:`unfence`: re-added, or an origin split seen again) it resumes
+    at its fenced position while batches fetched before the fence may still wait in the hand-off or in a
+    fetch thread's hands: such a split is *guarded* from then on, and a message of it below its delivered
+    position is a repeat (:meth:`guarded_positions`; the taker drops it, and :meth:`advance` never moves a
+    guarded split's position back).
+
     Every change is also journaled (``None`` for a forgotten split) until :meth:`take_changes` hands the
     journal over, so a checkpoint costs the caller what moved since the last one, not a copy of every
     position. The journal starts with the initial (restored) positions: the first checkpoint after a restore
@@ -40,16 +47,23 @@ class PositionTracker:
         self._lock = threading.Lock()
         self._positions: dict[str, int] = dict(initial or {})
         self._fenced: frozenset[str] = frozenset()
+        self._guarded: frozenset[str] = frozenset()
         self.watched: frozenset[str] = frozenset()
         """Splits whose last delivered record's timestamp is kept (read without the lock by the taker)."""
         self._times: dict[str, int] = {}
         self._changes: dict[str, int | None] = dict(self._positions)
 
-    def advance(self, positions: Mapping[str, int], times: Mapping[str, int] | None = None) -> frozenset[str]:
-        """Record positions reached by delivered records (and, for watched splits, their last timestamps);
-        returns the fenced splits among them, whose positions were refused (their records must not be
-        handed out)."""
+    def advance(
+        self, positions: Mapping[str, int], times: Mapping[str, int] | None = None, *, reset: bool = False
+    ) -> frozenset[str]:
+        """Record positions reached by delivered records (and, for watched splits, their last timestamps), or
+        set by an offset reset (``reset``: a guarded split may move back); returns the fenced splits among
+        them, whose positions were refused (their records must not be handed out)."""
         with self._lock:
+            guarded = self._guarded
+            if guarded and not reset and not guarded.isdisjoint(positions):
+                current = self._positions
+                positions = {s: p for s, p in positions.items() if s not in guarded or p > current.get(s, -1)}
             fenced = self._fenced
             if fenced and not fenced.isdisjoint(positions):
                 refused = fenced.intersection(positions)
@@ -70,6 +84,8 @@ class PositionTracker:
         record's timestamp, when watched) at this moment, for those that have one."""
         with self._lock:
             self._fenced = self._fenced | frozenset(split_ids)
+            if self._guarded:
+                self._guarded = self._guarded - self._fenced
             return {s: (self._positions[s], self._times.get(s)) for s in split_ids if s in self._positions}
 
     @property
@@ -78,10 +94,26 @@ class PositionTracker:
         return self._fenced
 
     def unfence(self, split_ids: Sequence[str]) -> None:
-        """Count records of ``split_ids`` again (the split was assigned anew)."""
+        """Count records of ``split_ids`` again (the split was assigned anew); those that were fenced are
+        guarded from now on (see the class)."""
         with self._lock:
             if self._fenced:
-                self._fenced = self._fenced - frozenset(split_ids)
+                back = self._fenced.intersection(split_ids)
+                if back:
+                    self._fenced = self._fenced - back
+                    self._guarded = self._guarded | back
+
+    @property
+    def guarded(self) -> frozenset[str]:
+        """The guarded splits now (read without the lock: the set is replaced, never changed)."""
+        return self._guarded
+
+    def guarded_positions(self, split_ids: AbstractSet[str]) -> dict[str, int]:
+        """Delivered positions of the guarded splits among ``split_ids``: a message of one of them below its
+        position was fetched before the split was fenced and has been handed out already."""
+        with self._lock:
+            current = self._positions
+            return {s: current[s] for s in self._guarded.intersection(split_ids) if s in current}
 
     def watched_times(self) -> dict[str, int]:
         """Split id -> timestamp of the last delivered record, for the watched splits that have one."""
@@ -100,8 +132,10 @@ class PositionTracker:
             return {s: self._positions[s] for s in split_ids if s in self._positions}
 
     def forget(self, split_ids: Sequence[str]) -> None:
-        """Drop positions."""
+        """Drop positions (a fence stays: what was fetched before it is never handed out)."""
         with self._lock:
+            if self._guarded:
+                self._guarded = self._guarded.difference(split_ids)
             for s in split_ids:
                 if self._positions.pop(s, None) is not None:
                     self._changes[s] = None
