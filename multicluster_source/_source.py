@@ -231,6 +231,7 @@ class MultiClusterKafkaSource:
             removed_retention_ms=opts.stream_metadata_removed_retention_ms,
             partition_discovery_interval_s=_ms_to_s(opts.partition_discovery_interval_ms),
             commit_offsets=opts.commits_offsets(self.group_id),
+            commit_wait_s=opts.checkpoint_commit_wait_ms / 1000.0,
             mode=opts.enumerator_mode,
             metrics=metrics,
             debounce_s=opts.metadata_change_debounce_ms / 1000.0,

@@ -112,6 +112,8 @@ class ClusterEnumerators:
             leader_racks=self._leader_racks,
             read_committed=isolation != "read_uncommitted",
             request_timeout_s=min(30.0, float(props.get("socket.timeout.ms", "60000")) / 1000.0),
+            commit_properties=full,
+            commit_wait_s=self._s.commit_wait_s,
         )
 
     def start(
@@ -128,7 +130,12 @@ class ClusterEnumerators:
             cid, self._ctx, self._on_splits, self._on_discovery_done, self._on_leaders
         )
         enumerator = KafkaClusterEnumerator(
-            config, proxy, known=known, seen_topics=seen_topics, admin_factory=self._s.admin_factory
+            config,
+            proxy,
+            known=known,
+            seen_topics=seen_topics,
+            admin_factory=self._s.admin_factory,
+            consumer_factory=self._s.commit_consumer_factory,
         )
         self._clusters[cid] = _Cluster(cluster, enumerator, proxy)
         enumerator.start()
@@ -139,10 +146,10 @@ class ClusterEnumerators:
         running.metadata = cluster
         running.enumerator.update_topics(cluster.topics)
 
-    def close(self, cluster_ids: Iterable[str]) -> None:
-        """Close and forget the enumerators of ``cluster_ids``."""
-        for cid in cluster_ids:
-            self._clusters.pop(cid).enumerator.close()
+    def close(self, cluster_ids: Iterable[str]) -> dict[str, dict[tuple[str, int], int]]:
+        """Close and forget the enumerators of ``cluster_ids``; the offsets each still owed its cluster."""
+        owed = {cid: self._clusters.pop(cid).enumerator.close() for cid in cluster_ids}
+        return {cid: offsets for cid, offsets in owed.items() if offsets}
 
     def close_all(self) -> None:
         """Close every enumerator."""

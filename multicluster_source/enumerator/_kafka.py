@@ -16,6 +16,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from multicluster_source.enumerator._committer import (
+    ConsumerFactory,
+    GroupCommitter,
+    default_consumer_factory,
+)
 from multicluster_source.enumerator._describe import describe_partitions
 from multicluster_source.enumerator._offsets import (
     OffsetsInitializer,
@@ -59,6 +64,11 @@ class ClusterEnumeratorConfig:
     read_committed: bool = True
     """The readers' ``isolation.level`` is ``read_committed`` (librdkafka's default): ``latest`` offsets are
     the last stable offsets, not the high watermarks."""
+    commit_properties: Mapping[str, str] | None = None
+    """The client configuration of the offset committer's consumer (consumer properties kept); None: the
+    admin client's."""
+    commit_wait_s: float = 5.0
+    """``checkpoint.commit.wait.ms``: a commit not answered within it marks the cluster as not answering."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,11 @@ class KafkaClusterEnumerator:
         known: set[tuple[str, int]] | None = None,
         seen_topics: set[str] | None = None,
         admin_factory: AdminFactory = default_admin_factory,
+        consumer_factory: ConsumerFactory = default_consumer_factory,
     ) -> None:
         self.config = config
+        self._consumer_factory = consumer_factory
+        self._committer: GroupCommitter | None = None
         self._context = context
         self._topics = frozenset(config.cluster.topics)
         self._known: set[tuple[str, int]] = set(known or ())
@@ -301,42 +314,37 @@ class KafkaClusterEnumerator:
             self._schedule(interval)
 
     def commit_offsets(self, offsets: Mapping[tuple[str, int], int]) -> Future[None]:
-        """Commit ``offsets`` under the group id with the admin client, in one request (the ledger keeps it
-        to ``REQUEST_PARTITIONS`` offsets); the future ends once stored."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        done: Future[None] = Future()
+        """Owe ``offsets`` to the cluster under the group id; the future ends once they (or newer offsets of
+        the same partitions) are stored. The cluster's :class:`GroupCommitter` (made on first use) commits
+        them with a consumer on its own thread and retries until the cluster answers."""
         if not offsets or not self.config.group_id:
+            done: Future[None] = Future()
             done.set_result(None)
             return done
-        request = [
-            ConsumerGroupTopicPartitions(
-                self.config.group_id, [TopicPartition(t, p, off) for (t, p), off in sorted(offsets.items())]
+        if self._committer is None:
+            self._committer = GroupCommitter(
+                self.cluster_id,
+                self.config.commit_properties or self.config.client_properties,
+                self.config.group_id,
+                answer_within_s=self.config.commit_wait_s,
+                retry_backoff_s=self.config.retry_backoff_s,
+                consumer_factory=self._consumer_factory,
             )
-        ]
-        futures = self.admin().alter_consumer_group_offsets(
-            request, request_timeout=self.config.request_timeout_s
-        )
-        inner = list(futures.values())
-        remaining = [len(inner)]
+        return self._committer.submit(offsets)
 
-        def one_done(fut: Future[Any]) -> None:
-            err = fut.exception()
-            if err is not None and not done.done():
-                done.set_exception(err)
-                return
-            remaining[0] -= 1
-            if remaining[0] == 0 and not done.done():
-                done.set_result(None)
+    @property
+    def commits_answered(self) -> bool:
+        """Whether the cluster answers offset commits (True before the first one): a checkpoint waits for
+        the commits of such clusters only."""
+        return self._committer is None or self._committer.answering
 
-        for fut in inner:
-            fut.add_done_callback(one_done)
-        return done
-
-    def close(self) -> None:
+    def close(self) -> dict[tuple[str, int], int]:
         """Stop scheduled work, end a discovery round that still waits (it lets go of the admin client within
-        a fraction of a second; the runtime joins its I/O thread) and drop the admin client (confluent-kafka
-        admin clients have no close: the last reference destroys it)."""
+        a fraction of a second; the runtime joins its I/O thread), drop the admin client (confluent-kafka
+        admin clients have no close: the last reference destroys it) and close the offset committer (its
+        thread closes its consumer). Returns the offsets still owed to the cluster."""
         self._closing.set()
         self._context.stop()
         self._admin = None
+        committer, self._committer = self._committer, None
+        return committer.close(timeout=1.0) if committer is not None else {}

@@ -74,7 +74,7 @@ class MultiClusterEnumerator:
         self._removed: dict[str, RemovedSplit] = {}
         self._seen: dict[str, frozenset[str]] = {}
         self._discovery_pending: set[str] = set()
-        self._commits = CommitLedger()
+        self._commits = CommitLedger(settings.commit_wait_s)
         self.last_reconciliation: dict[str, Any] | None = None
         self.missing_streams: list[str] = []  # subscribed ids the metadata lacks (last read)
         if restored is not None:
@@ -198,7 +198,7 @@ class MultiClusterEnumerator:
         self._metadata = new
         self._version += 1
         for cid in change.removed:
-            self._clusters.close([cid])
+            self._commits.owe(self._clusters.close([cid]))
             self._discovery_pending.discard(cid)
         # Only the splits of clusters that changed can leave (the first time, restored splits of any cluster).
         touched = [*change.removed, *change.topics_changed, *change.reconnected, *change.added]
@@ -213,7 +213,7 @@ class MultiClusterEnumerator:
             for topic in old[cid].topics - new[cid].topics:
                 self._metrics.remove_topic(cid, topic)
         for cid in change.reconnected:
-            self._clusters.close([cid])
+            self._commits.owe(self._clusters.close([cid]))
             for topic in old[cid].topics - new[cid].topics:
                 self._metrics.remove_topic(cid, topic)
             self._start_cluster(new[cid], configs[cid])

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from multicluster_source.enumerator._committer import ConsumerFactory, default_consumer_factory
 from multicluster_source.enumerator._kafka import AdminFactory, default_admin_factory
 from multicluster_source.enumerator._offsets import OffsetsInitializer
 from multicluster_source.enumerator._standby import RackAwareStandbyAssignor
@@ -49,6 +50,10 @@ class EnumeratorSettings:
     one read. File and ConfigMap watchers settle a burst of events themselves (see
     :mod:`multicluster_source.metadata._watch`), so this only joins changes made in quick succession."""
     admin_factory: AdminFactory = default_admin_factory
+    commit_consumer_factory: ConsumerFactory = default_consumer_factory
+    """Makes the consumer each cluster's offset committer commits with (:mod:`._committer`)."""
+    commit_wait_s: float = 5.0
+    """``checkpoint.commit.wait.ms``: how long a checkpoint waits for the commits of clusters that answer."""
     clock: Callable[[], float] = time.time
     replica_sync_wait_s: float = 5.0
     """``replica.sync.wait.ms``: how long a translation may wait for MirrorMaker 2 to catch up."""

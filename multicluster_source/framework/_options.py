@@ -156,6 +156,7 @@ _OPTIONS: Final[tuple[_Option, ...]] = (
         _IntRule(1, MAX_MS, "disabled"),
     ),
     _Option("commit.offsets.on.checkpoint", "commit_offsets_on_checkpoint", "optional_bool"),
+    _Option("checkpoint.commit.wait.ms", "checkpoint_commit_wait_ms", "int", _IntRule(0, MAX_MS)),
     _Option("stream-enumerator-mode", "enumerator_mode", "choice", choices=("per_cluster", "global")),
     _Option("num.standby.replicas", "num_standby_replicas", "int", _IntRule(0, MAX_COUNT)),
     _Option(
@@ -199,6 +200,7 @@ class SourceOptions:
     stream_metadata_removed_retention_ms: int = 86_400_000
     partition_discovery_interval_ms: int = 30_000
     commit_offsets_on_checkpoint: bool | None = None
+    checkpoint_commit_wait_ms: int = 5_000
     enumerator_mode: EnumeratorMode = "per_cluster"
     num_standby_replicas: int = 0
     deserialization_error_policy: DeserializationErrorPolicy = "fail"

@@ -12,13 +12,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from harness.cluster import Cluster
+from harness.processes import end_process
 from harness.scenario import builder, cluster_md, drain, settle, stream, wait_for
 from multicluster_source import FileMetadataService, SourceRecord
 from multicluster_source.testing import write_metadata_file
@@ -78,3 +85,152 @@ def test_a_topic_removed_and_re_added_returns_no_record_twice(
     assert _twice(got, b) == [], f"{len(_twice(got, b))} records of b returned twice"
     assert sorted(r.offset for r in got if r.topic == b) == list(range(200)), "b must resume, nothing lost"
     assert sorted(r.offset for r in got if r.topic == a) == list(range(200))
+
+
+JOB = Path(__file__).parent / "jobs" / "two_cluster_job.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _delivered(out: Path) -> Counter[tuple[str, int, int]]:
+    if not out.exists():
+        return Counter()
+    rows = (line.split(":") for line in out.read_text().splitlines())
+    return Counter((c, int(p), int(o)) for c, p, o in rows)
+
+
+def _committed(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset of partition 0, or {} while the cluster cannot say. Asked with a new
+    consumer each time (the harness's shared admin client may not recover from its broker's restart)."""
+    consumer = Consumer(cluster.client_config(**{"group.id": group, "socket.timeout.ms": 5000}))
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        return {0: tp.offset} if tp.error is None and tp.offset >= 0 else {}
+    except Exception:  # the coordinator loading, or the broker down
+        return {}
+    finally:
+        consumer.close()
+
+
+def _start_job(tmp_path: Path, group: str, *parts: tuple[Cluster, str]) -> subprocess.Popen[bytes]:
+    specs = [f"{c.cluster_id}={c.bootstrap_servers}/{t}" for c, t in parts]
+    with open(tmp_path / "job.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), str(tmp_path / "ckpt"), str(tmp_path / "out.txt"), group, *specs],
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+
+def test_a_broker_killed_under_offset_commits_does_not_abort_the_process(
+    kafka_cluster: Cluster, fresh_cluster, tmp_path: Path
+) -> None:
+    """Issue 33, finding 2: ``kill -9`` of one cluster's broker while checkpoints commit offsets to it, then
+    the broker comes back: the job process lives on (librdkafka 2.16's admin coordinator-request path
+    aborted it with ``eonce->refcnt > 0``), keeps delivering the other cluster's records, reads the
+    restarted cluster again, and that cluster gets the offsets it is owed."""
+    flaky: Cluster = fresh_cluster("flaky")
+    ts = kafka_cluster.create_topic("commit-steady", partitions=1)
+    tf = flaky.create_topic("commit-flaky", partitions=1)
+    kafka_cluster.produce(ts, [f"s-{i}".encode() for i in range(100)])
+    flaky.produce(tf, [f"f-{i}".encode() for i in range(100)])
+    group = f"commit-fault-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out.txt"
+    job = _start_job(tmp_path, group, (kafka_cluster, ts), (flaky, tf))
+    log = tmp_path / "job.log"
+    try:
+        assert wait_for(lambda: sum(_delivered(out).values()) >= 200, 60), log.read_text()[-3000:]
+        assert wait_for(lambda: _committed(flaky, group, tf) == {0: 100}, 30)
+        flaky.stop_node(0, graceful=False)
+        # checkpoints go on every 0.5 s: their commits to flaky hang, time out (5 s) and are retried
+        for i in range(24):
+            kafka_cluster.produce(ts, [f"s-down-{i}".encode()])
+            time.sleep(0.5)
+            assert job.poll() is None, f"the job died (exit {job.returncode}): {log.read_text()[-3000:]}"
+        assert wait_for(lambda: _delivered(out)[(kafka_cluster.cluster_id, 0, 123)] == 1, 30), (
+            "the healthy cluster stopped delivering while the other was down"
+        )
+        flaky.start_node(0)
+        flaky.produce(tf, [f"f-after-{i}".encode() for i in range(50)])
+        for _ in range(40):  # the admin client's connection came back under its pending commit here
+            time.sleep(0.5)
+            assert job.poll() is None, f"the job died (exit {job.returncode}): {log.read_text()[-3000:]}"
+        assert wait_for(lambda: _delivered(out)[(flaky.cluster_id, 0, 149)] == 1, 60)
+        assert wait_for(lambda: _committed(flaky, group, tf) == {0: 150}, 60), (
+            "the restarted cluster must get the offsets it is owed"
+        )
+        assert job.poll() is None, f"the job died (exit {job.returncode}): {log.read_text()[-3000:]}"
+    finally:
+        end_process(job, graceful=False)
+    delivered = _delivered(out)
+    assert max(delivered.values()) == 1, "no record twice in one run"
+    assert {k for k in delivered if k[0] == flaky.cluster_id} == {
+        (flaky.cluster_id, 0, o) for o in range(150)
+    }
+    assert {k for k in delivered if k[0] == kafka_cluster.cluster_id} == {
+        (kafka_cluster.cluster_id, 0, o) for o in range(124)
+    }
+
+
+def test_checkpoint_does_not_wait_for_a_cluster_that_is_down(
+    kafka_cluster: Cluster, fresh_cluster, tmp_path: Path
+) -> None:
+    """Issue 33, finding 3 (API section 4 from 0.4): with one cluster down, ``checkpoint()`` returns while it
+    is still down (before, it waited 30 s for that cluster's commit while the healthy cluster's records piled
+    up), the healthy cluster's offsets are committed by it, and the down cluster gets what it is owed once it
+    is back, without another checkpoint."""
+    down: Cluster = fresh_cluster("down")
+    ts = kafka_cluster.create_topic("ckpt-steady", partitions=1)
+    td = down.create_topic("ckpt-down", partitions=1)
+    kafka_cluster.produce(ts, [f"s-{i}".encode() for i in range(10)])
+    down.produce(td, [f"d-{i}".encode() for i in range(10)])
+    group = f"ckpt-wait-{uuid.uuid4().hex[:8]}"
+    md = [stream("s", cluster_md(kafka_cluster, ts), cluster_md(down, td))]
+    source = (
+        builder(md, group=group)
+        .set_properties({"socket.timeout.ms": "5000", "reconnect.backoff.max.ms": "1000"})
+        .build()
+    )
+    with source.open(parallelism=2, checkpoint_dir=str(tmp_path / "ckpt")) as s:
+        got = drain(s, 20)
+        assert len(got) == 20
+        # a fresh cluster's coordinator may still be loading: checkpoint until both clusters hold the offsets
+        assert wait_for(
+            lambda: (
+                s.checkpoint() > 0
+                and _committed(down, group, td) == {0: 10}
+                and _committed(kafka_cluster, group, ts) == {0: 10}
+            ),
+            30,
+        )
+        down.stop_node(0, graceful=False)
+        kafka_cluster.produce(ts, [f"s-more-{i}".encode() for i in range(5)])
+        got += drain(s, 5)
+        returned = threading.Event()
+
+        def checkpoint_then_say() -> None:
+            s.checkpoint()
+            returned.set()
+
+        checkpointer = threading.Thread(target=checkpoint_then_say)
+        try:
+            checkpointer.start()
+            # the commit wait is checkpoint.commit.wait.ms (5 s); before, it was 30 s
+            assert returned.wait(20), "checkpoint() waited for the cluster that is down"
+            assert _committed(kafka_cluster, group, ts) == {0: 15}, "the healthy cluster's offsets"
+            # the next checkpoint does not wait at all for a cluster known not to answer, and records flow
+            kafka_cluster.produce(ts, [b"s-last"])
+            got += drain(s, 1)
+            s.checkpoint()
+            assert _committed(kafka_cluster, group, ts) == {0: 16}
+        finally:
+            checkpointer.join(60)
+            down.start_node(0)
+        down.produce(td, [b"d-after"])
+        got += drain(s, 1, timeout=60)
+        assert wait_for(lambda: _committed(down, group, td) == {0: 10}, 60)
+        s.checkpoint()
+        assert wait_for(lambda: _committed(down, group, td) == {0: 11}, 60), "owed offsets after it came back"
+    assert sorted(r.value for r in got if r.topic == td) == sorted(
+        [f"d-{i}".encode() for i in range(10)] + [b"d-after"]
+    )

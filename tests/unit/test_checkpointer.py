@@ -243,8 +243,9 @@ def test_a_failed_background_checkpoint_is_raised_by_the_next_one() -> None:
 class Cluster:
     """A per-cluster enumerator whose commits the test ends by hand."""
 
-    def __init__(self) -> None:
+    def __init__(self, answering: bool = True) -> None:
         self.requests: list[tuple[Offsets, Future[None]]] = []
+        self.commits_answered = answering
 
     def commit_offsets(self, offsets: Offsets) -> Future[None]:
         future: Future[None] = Future()
@@ -252,57 +253,75 @@ class Cluster:
         return future
 
 
-def test_the_ledger_commits_what_moved_and_owes_what_failed() -> None:
+def test_the_ledger_hands_each_cluster_what_moved_and_keeps_what_has_no_enumerator() -> None:
     ledger = CommitLedger()
     east = Cluster()
     splits = {s.split_id: s for s in SPLITS}
     committed: list[tuple[str, Offsets]] = []
     record = lambda cid, offsets: committed.append((cid, offsets))  # noqa: E731
     enumerators: dict[str, Any] = {"east": east}
-    ledger.commit(1, {"east/t/0": 5, "east/t/1": 6, "west/t/0": 7}, splits, enumerators, record)
+    wait = ledger.commit(1, {"east/t/0": 5, "east/t/1": 6, "west/t/0": 7}, splits, enumerators, record)
     assert [r for r, _f in east.requests] == [{("t", 0): 5, ("t", 1): 6}]
-    east.requests[0][1].set_exception(RuntimeError("coordinator not available"))
-    assert ledger.owed() == {"east": {("t", 0): 5, ("t", 1): 6}, "west": {("t", 0): 7}}
-    wait = ledger.commit(2, {"east/t/1": 9, "gone/t/0": 1}, splits, enumerators, record)
-    assert east.requests[1][0] == {("t", 0): 5, ("t", 1): 9}  # the newer offset wins over the owed one
-    east.requests[1][1].set_result(None)
+    east.requests[0][1].set_result(None)
     wait(1.0)
-    assert committed == [("east", {("t", 0): 5, ("t", 1): 9})]
+    assert committed == [("east", {("t", 0): 5, ("t", 1): 6})]
     assert ledger.owed() == {"west": {("t", 0): 7}}  # kept until west has a running enumerator again
+    ledger.commit(2, {"east/t/1": 9, "gone/t/0": 1}, splits, enumerators, record)
+    assert east.requests[1][0] == {("t", 1): 9}  # what moved only
+    ledger.owe({"west": {("t", 0): 3, ("t", 1): 4}})  # a closed enumerator's owed offsets: the newer 7 wins
     enumerators["west"] = west = Cluster()
     ledger.commit(3, {}, splits, enumerators, record)
-    assert [r for r, _f in west.requests] == [{("t", 0): 7}]
+    assert [r for r, _f in west.requests] == [{("t", 0): 7, ("t", 1): 4}]
     assert [r for r, _f in east.requests][2:] == []  # nothing moved on east: no request at all
+    assert ledger.owed() == {}
 
 
-THOUSANDS = [(f"t{i // 100}", i % 100) for i in range(2_345)]
+def test_a_checkpoint_does_not_wait_for_a_cluster_that_does_not_answer() -> None:
+    """API section 4 (from 0.4): the wait is bounded, and a cluster that is down never holds it."""
+    splits = {s.split_id: s for s in (*SPLITS, KafkaPartitionSplit("west", "t", 0, 0))}
+    east, west = Cluster(), Cluster(answering=False)
+    ledger = CommitLedger(limit=60.0)
+    clusters: dict[str, Any] = {"east": east, "west": west}
+    wait = ledger.commit(1, {"east/t/0": 5, "west/t/0": 7}, splits, clusters, print)
+    assert wait.skipped == ["west"]  # its offsets went to its committer all the same
+    assert [r for r, _f in west.requests] == [{("t", 0): 7}]
+    east.requests[0][1].set_result(None)
+    returned = threading.Event()
+
+    def wait_then_say() -> None:
+        wait(600.0)
+        returned.set()
+
+    waiter = threading.Thread(target=wait_then_say)
+    waiter.start()
+    assert returned.wait(30), "the checkpoint waited for the cluster that does not answer"
+    waiter.join()
 
 
-def test_a_commit_of_thousands_of_offsets_goes_in_groups_and_a_failed_group_alone_is_owed() -> None:
-    splits = {s.split_id: s for s in (KafkaPartitionSplit("east", t, p, 0) for t, p in THOUSANDS)}
-    positions = {f"east/{t}/{p}": 5 for t, p in THOUSANDS}
-    east = Cluster()
-    clusters: dict[str, Any] = {"east": east}
-    committed: list[tuple[str, Offsets]] = []
-    ledger = CommitLedger()
-    wait = ledger.commit(1, positions, splits, clusters, lambda c, o: committed.append((c, o)))
-    assert [len(r) for r, _f in east.requests] == [1000, 1000, 345]
-    assert {tp for r, _f in east.requests for tp in r} == set(THOUSANDS)
-    (first, f1), (second, f2), (third, f3) = east.requests
-    f1.set_result(None)
-    f2.set_exception(RuntimeError("coordinator not available"))
-    f3.set_result(None)
-    wait(1.0)
-    assert committed == [("east", first), ("east", third)]
-    assert ledger.owed() == {"east": second}
-    ledger.commit(2, {}, splits, clusters, lambda c, o: None)
-    assert east.requests[3][0] == second  # owed, sent again with the next checkpoint
+def test_a_checkpoint_waits_for_an_answering_cluster_at_most_the_commit_wait() -> None:
+    splits = {s.split_id: s for s in SPLITS}
+    silent = Cluster()  # answered before, never answers this one
+    clusters: dict[str, Any] = {"east": silent}
+    wait = CommitLedger(limit=0.2).commit(1, {"east/t/0": 5}, splits, clusters, print)
+    returned = threading.Event()
+
+    def wait_then_say() -> None:
+        wait(600.0)
+        returned.set()
+
+    waiter = threading.Thread(target=wait_then_say)
+    waiter.start()
+    assert returned.wait(30), "the commit wait is bounded by checkpoint.commit.wait.ms"
+    waiter.join()
+    assert not silent.requests[0][1].done()  # still owed by the cluster's committer
 
 
-def test_a_cluster_whose_client_is_gone_owes_every_group() -> None:
+def test_a_cluster_whose_client_is_gone_owes_every_offset() -> None:
     splits = {s.split_id: s for s in (KafkaPartitionSplit("east", t, p, 0) for t, p in THOUSANDS)}
 
     class Gone:
+        commits_answered = True
+
         def commit_offsets(self, offsets: Offsets) -> Future[None]:
             raise RuntimeError("admin client closed")
 
@@ -310,6 +329,9 @@ def test_a_cluster_whose_client_is_gone_owes_every_group() -> None:
     ledger = CommitLedger()
     ledger.commit(1, {f"east/{t}/{p}": 3 for t, p in THOUSANDS}, splits, gone, lambda c, o: None)
     assert ledger.owed() == {"east": dict.fromkeys(THOUSANDS, 3)}
+
+
+THOUSANDS = [(f"t{i // 100}", i % 100) for i in range(2_345)]
 
 
 def test_encoding_a_slice_at_a_time_gives_the_bytes_of_one_dumps() -> None:

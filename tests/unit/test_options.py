@@ -36,6 +36,7 @@ DEFAULTS = {
     "reader.heartbeat.timeout.ms": "10000",
     "replica.sync.wait.ms": "5000",
     "replica.failover.unreachable.ms": "-1",
+    "checkpoint.commit.wait.ms": "5000",
 }
 
 
@@ -148,6 +149,7 @@ BAD_VALUES = [
     ("standby.assignor", "not a spec", "'module:Class'"),
     ("reader.heartbeat.timeout.ms", "99", "an integer from 100"),
     ("replica.sync.wait.ms", "-1", "an integer from 0"),
+    ("checkpoint.commit.wait.ms", "-1", "an integer from 0"),
     ("replica.failover.unreachable.ms", "0", "-1 (never automatic) or an integer from 1"),
 ]
 
