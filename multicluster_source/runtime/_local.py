@@ -31,7 +31,7 @@ from multicluster_source.framework._interfaces import (
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime._handoff import Handoff, PositionFencing, PositionTracker
 from multicluster_source.runtime._messages import AssignSplits, EventToReader, NoMoreSplits
-from multicluster_source.runtime._watermarks import WatermarkTracker
+from multicluster_source.runtime.eventtime._watermarks import WatermarkTracker
 
 T = TypeVar("T")
 _log = logging.getLogger("multicluster_source.runtime")

@@ -36,7 +36,7 @@ from multicluster_source.runtime._status import (
     stream_health,
     stream_status,
 )
-from multicluster_source.runtime._watermarks import stream_watermarks
+from multicluster_source.runtime.eventtime._watermarks import stream_watermarks
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -17,7 +17,7 @@ from multicluster_source.framework._records import records_of
 from multicluster_source.framework._watermarks import kafka_event_times
 from multicluster_source.metadata import ClusterMetadata
 from multicluster_source.ops._metrics import SourceMetrics
-from multicluster_source.runtime._watermarks import WatermarkCombiner, WatermarkTracker
+from multicluster_source.runtime.eventtime._watermarks import WatermarkCombiner, WatermarkTracker
 
 NOT_A_NUMBER: Any = "5"
 NOT_CALLABLE: Any = 5

@@ -35,7 +35,7 @@ from multicluster_source.framework._watermarks import (
     late_counts,
 )
 from multicluster_source.metadata._model import ClusterMetadata
-from multicluster_source.runtime._alignment import Aligner
+from multicluster_source.runtime.eventtime._alignment import Aligner
 
 _log = logging.getLogger("multicluster_source")
 
