@@ -35,8 +35,8 @@ from multicluster_source.ops._tracking import TopicTracker
 from multicluster_source.reader._multicluster import MultiClusterReader
 from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 from multicluster_source.runtime._async import AsyncSourceStream
-from multicluster_source.runtime._factory import validate_reader_racks
 from multicluster_source.runtime._stream import SourceStream
+from multicluster_source.runtime.core._factory import validate_reader_racks
 
 if TYPE_CHECKING:
     from multicluster_source.runtime._control import RunResult

@@ -13,11 +13,13 @@ from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import apply_metrics
 from multicluster_source.runtime._control import RunControl, RunResult
-from multicluster_source.runtime._enumeration import stop_enumeration
-from multicluster_source.runtime._factory import SourceFactory
-from multicluster_source.runtime._handoff import PositionTracker
-from multicluster_source.runtime._local import LinkedCoordinator
-from multicluster_source.runtime._messages import (
+from multicluster_source.runtime._push_watermarks import RunWatermarks, run_watermarks
+from multicluster_source.runtime._run_checkpoints import RunCheckpoints
+from multicluster_source.runtime.core._enumeration import stop_enumeration
+from multicluster_source.runtime.core._factory import SourceFactory
+from multicluster_source.runtime.core._handoff import PositionTracker
+from multicluster_source.runtime.core._local import LinkedCoordinator
+from multicluster_source.runtime.core._messages import (
     Delivered,
     EventToEnumerator,
     Heartbeat,
@@ -33,8 +35,6 @@ from multicluster_source.runtime._messages import (
     WorkerReady,
     WorkerStopped,
 )
-from multicluster_source.runtime._push_watermarks import RunWatermarks, run_watermarks
-from multicluster_source.runtime._run_checkpoints import RunCheckpoints
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator

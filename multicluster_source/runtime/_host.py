@@ -17,9 +17,10 @@ from multicluster_source.framework._interfaces import InlineStep, RecordBatch, S
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import EventTimes, widen_event_times
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime._factory import SourceFactory
-from multicluster_source.runtime._handoff import Handoff
-from multicluster_source.runtime._messages import (
+from multicluster_source.runtime._push_watermarks import WorkerEventTimes
+from multicluster_source.runtime.core._factory import SourceFactory
+from multicluster_source.runtime.core._handoff import Handoff
+from multicluster_source.runtime.core._messages import (
     HEARTBEAT_S,
     AssignSplits,
     Delivered,
@@ -39,7 +40,6 @@ from multicluster_source.runtime._messages import (
     describe_error,
     error_blob,
 )
-from multicluster_source.runtime._push_watermarks import WorkerEventTimes
 
 _log = logging.getLogger("multicluster_source.push")
 

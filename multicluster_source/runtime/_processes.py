@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import MetricsRecorder
-from multicluster_source.runtime._factory import SourceFactory, check_picklable, reader_only_source
 from multicluster_source.runtime._host import WorkerHost, record_maker
-from multicluster_source.runtime._messages import (
+from multicluster_source.runtime._push_watermarks import worker_event_times
+from multicluster_source.runtime.core._factory import SourceFactory, check_picklable, reader_only_source
+from multicluster_source.runtime.core._messages import (
     Deliver,
     Handler,
     LinkLost,
@@ -45,7 +46,6 @@ from multicluster_source.runtime._messages import (
     WorkerLog,
     relay_metrics,
 )
-from multicluster_source.runtime._push_watermarks import worker_event_times
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

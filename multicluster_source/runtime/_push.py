@@ -36,9 +36,9 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._storage import CheckpointStorage, DirectoryCheckpointStorage
 from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime._driver import Driver
-from multicluster_source.runtime._factory import SourceFactory, validate_reader_racks
-from multicluster_source.runtime._messages import RUNTIMES, Handler, Transport
 from multicluster_source.runtime._threads import ThreadTransport
+from multicluster_source.runtime.core._factory import SourceFactory, validate_reader_racks
+from multicluster_source.runtime.core._messages import RUNTIMES, Handler, Transport
 
 _log = logging.getLogger("multicluster_source.push")
 

@@ -15,7 +15,7 @@ from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import SourceRecord, records_of
 from multicluster_source.framework._watermarks import EventTimes
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime._messages import WatermarkAdvanced
+from multicluster_source.runtime.core._messages import WatermarkAdvanced
 from multicluster_source.runtime.eventtime._watermarks import (
     WatermarkTracker,
     chunk_event_times,

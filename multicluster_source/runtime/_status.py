@@ -16,7 +16,7 @@ from multicluster_source.framework._clientprops import _SECRET_WORDS
 from multicluster_source.metadata._model import KafkaStream
 from multicluster_source.ops._admin_target import lag_rows
 from multicluster_source.ops._tracking import TopicTracker
-from multicluster_source.runtime._local import ReaderRunner
+from multicluster_source.runtime.core._local import ReaderRunner
 
 
 def stream_health(

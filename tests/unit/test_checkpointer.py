@@ -22,8 +22,8 @@ from multicluster_source.enumerator._state import EnumeratorState, state_split_i
 from multicluster_source.exceptions import StreamClosedError
 from multicluster_source.framework._checkpoint import CheckpointStore, encode_checkpoint, encode_json
 from multicluster_source.framework._split import KafkaPartitionSplit
-from multicluster_source.runtime._checkpointer import Checkpointer, store_writer
-from multicluster_source.runtime._handoff import PositionTracker
+from multicluster_source.runtime.core._checkpointer import Checkpointer, store_writer
+from multicluster_source.runtime.core._handoff import PositionTracker
 
 Written = list[tuple[int, dict[str, Any], dict[str, int]]]
 SPLITS = [KafkaPartitionSplit(c, "t", p, 0) for c in ("east", "west") for p in range(20)]

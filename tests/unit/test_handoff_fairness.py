@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 from multicluster_source.framework._interfaces import RecordBatch
-from multicluster_source.runtime._handoff import Handoff
+from multicluster_source.runtime.core._handoff import Handoff
 
 
 def test_waiting_fetch_threads_take_turns_while_the_caller_is_slow() -> None:

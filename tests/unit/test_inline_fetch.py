@@ -19,7 +19,7 @@ from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
-from multicluster_source.runtime._handoff import Handoff
+from multicluster_source.runtime.core._handoff import Handoff
 
 
 class _Metrics:

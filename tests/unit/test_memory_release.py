@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from multicluster_source.runtime import _enumeration, _memory
+from multicluster_source.runtime.core import _enumeration, _memory
 
 
 def test_stop_enumeration_releases_memory_after_everything_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import BatchEventTimes, kafka_event_times, part_event_times
-from multicluster_source.runtime._handoff import Handoff, PositionTracker, last_times
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker, last_times
 
 
 class RecordMaker(Protocol):

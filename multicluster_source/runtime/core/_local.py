@@ -29,8 +29,8 @@ from multicluster_source.framework._interfaces import (
     SplitEnumerator,
 )
 from multicluster_source.framework._split import KafkaPartitionSplit
-from multicluster_source.runtime._handoff import Handoff, PositionFencing, PositionTracker
-from multicluster_source.runtime._messages import AssignSplits, EventToReader, NoMoreSplits
+from multicluster_source.runtime.core._handoff import Handoff, PositionFencing, PositionTracker
+from multicluster_source.runtime.core._messages import AssignSplits, EventToReader, NoMoreSplits
 from multicluster_source.runtime.eventtime._watermarks import WatermarkTracker
 
 T = TypeVar("T")

@@ -34,7 +34,7 @@ from typing import Any
 from multicluster_source.enumerator._commit import CommitWait
 from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.exceptions import StreamClosedError
-from multicluster_source.runtime._handoff import PositionTracker
+from multicluster_source.runtime.core._handoff import PositionTracker
 
 _log = logging.getLogger("multicluster_source.runtime")
 COMMIT_WAIT_S = 30.0

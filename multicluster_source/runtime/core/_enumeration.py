@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 from multicluster_source.enumerator._state import state_split_ids
 from multicluster_source.metadata._model import KafkaMetadataService
-from multicluster_source.runtime._checkpointer import Checkpointer
-from multicluster_source.runtime._local import Coordinator, ReaderRunner
-from multicluster_source.runtime._memory import release_freed_memory
+from multicluster_source.runtime.core._checkpointer import Checkpointer
+from multicluster_source.runtime.core._local import Coordinator, ReaderRunner
+from multicluster_source.runtime.core._memory import release_freed_memory
 
 _log = logging.getLogger("multicluster_source.runtime")
 T = TypeVar("T")

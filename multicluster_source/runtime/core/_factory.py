@@ -22,7 +22,7 @@ from multicluster_source.framework._options import SourceOptions
 from multicluster_source.framework._records import Deserializer
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.metadata._subscriber import KafkaStreamSubscriber
-from multicluster_source.runtime._messages import Handler
+from multicluster_source.runtime.core._messages import Handler
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
