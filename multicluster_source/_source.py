@@ -34,9 +34,9 @@ from multicluster_source.ops._topic_stores import (
 from multicluster_source.ops._tracking import TopicTracker
 from multicluster_source.reader._multicluster import MultiClusterReader
 from multicluster_source.reader._settings import FetchSettings, ReaderSettings
-from multicluster_source.runtime._async import AsyncSourceStream
-from multicluster_source.runtime._stream import SourceStream
 from multicluster_source.runtime.core._factory import validate_reader_racks
+from multicluster_source.runtime.pull._async import AsyncSourceStream
+from multicluster_source.runtime.pull._stream import SourceStream
 
 if TYPE_CHECKING:
     from multicluster_source.runtime._control import RunResult

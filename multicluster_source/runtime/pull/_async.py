@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.runtime._stream import SourceStream
+from multicluster_source.runtime.pull._stream import SourceStream
 
 _log = logging.getLogger("multicluster_source")
 

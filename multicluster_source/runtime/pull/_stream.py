@@ -23,7 +23,13 @@ from multicluster_source.ops._admin import AdminServer, check_admin_address
 from multicluster_source.ops._admin_target import RecordingSubscriber
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime._status import (
+from multicluster_source.runtime.core._checkpointer import Checkpointer, store_writer
+from multicluster_source.runtime.core._delivery import Delivery
+from multicluster_source.runtime.core._enumeration import stop_enumeration, stop_readers
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
+from multicluster_source.runtime.core._local import Coordinator, ReaderRunner
+from multicluster_source.runtime.eventtime._watermarks import stream_watermarks
+from multicluster_source.runtime.pull._status import (
     enumerator_status,
     fail_silent_readers,
     reader_assignments,
@@ -31,12 +37,6 @@ from multicluster_source.runtime._status import (
     stream_health,
     stream_status,
 )
-from multicluster_source.runtime.core._checkpointer import Checkpointer, store_writer
-from multicluster_source.runtime.core._delivery import Delivery
-from multicluster_source.runtime.core._enumeration import stop_enumeration, stop_readers
-from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
-from multicluster_source.runtime.core._local import Coordinator, ReaderRunner
-from multicluster_source.runtime.eventtime._watermarks import stream_watermarks
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
