@@ -62,9 +62,9 @@ from multicluster_source.ops._topic_stores import (
     TopicStatusStore,
 )
 from multicluster_source.ops._tracking import TopicTrackingDisabledError
-from multicluster_source.runtime._control import RunControl, RunResult
 from multicluster_source.runtime.pull._async import AsyncSourceStream
 from multicluster_source.runtime.pull._stream import SourceStream
+from multicluster_source.runtime.push._control import RunControl, RunResult
 
 __version__ = "0.3.0"
 

@@ -25,8 +25,8 @@ from multicluster_source.framework._watermarks import (
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import MetricsRecorder, apply_metrics
 from multicluster_source.reader._batches import only_split
-from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime.eventtime._watermarks import WatermarkTracker, assigned_late_counts
+from multicluster_source.runtime.push._push_watermarks import worker_event_times
 
 
 def plain_late(rows: list[Row], watermark: int) -> dict[str, int]:

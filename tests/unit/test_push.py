@@ -41,8 +41,6 @@ from multicluster_source.framework._events import (
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._storage import InMemoryObjectStore
-from multicluster_source.runtime._host import WorkerHost
-from multicluster_source.runtime._push import run_source
 from multicluster_source.runtime.core._factory import check_picklable, reader_only_source
 from multicluster_source.runtime.core._messages import (
     AssignSplits,
@@ -58,6 +56,8 @@ from multicluster_source.runtime.core._messages import (
     WorkerStopped,
     error_blob,
 )
+from multicluster_source.runtime.push._host import WorkerHost
+from multicluster_source.runtime.push._push import run_source
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:

@@ -34,11 +34,11 @@ from typing import Any
 
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._storage import CheckpointStorage, DirectoryCheckpointStorage
-from multicluster_source.runtime._control import RunControl, RunResult
-from multicluster_source.runtime._driver import Driver
-from multicluster_source.runtime._threads import ThreadTransport
 from multicluster_source.runtime.core._factory import SourceFactory, validate_reader_racks
 from multicluster_source.runtime.core._messages import RUNTIMES, Handler, Transport
+from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.runtime.push._driver import Driver
+from multicluster_source.runtime.push.transports._threads import ThreadTransport
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -58,11 +58,11 @@ def _make_transport(
     if runtime == "threads":
         return ThreadTransport(source, handler, parallelism, racks, options, batches)
     if runtime == "processes":
-        from multicluster_source.runtime._processes import ProcessTransport
+        from multicluster_source.runtime.push.transports._processes import ProcessTransport
 
         return ProcessTransport(source, handler, parallelism, racks, options, batches)
     if runtime == "ray":
-        from multicluster_source.runtime._ray import RayTransport
+        from multicluster_source.runtime.push.transports._ray import RayTransport
 
         return RayTransport(source, handler, parallelism, racks, options, batches)
     raise ConfigurationError(f"run(runtime=...): one of {', '.join(RUNTIMES)}, got {runtime!r}")

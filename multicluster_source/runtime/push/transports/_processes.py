@@ -34,8 +34,6 @@ from typing import TYPE_CHECKING, Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import MetricsRecorder
-from multicluster_source.runtime._host import WorkerHost, record_maker
-from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime.core._factory import SourceFactory, check_picklable, reader_only_source
 from multicluster_source.runtime.core._messages import (
     Deliver,
@@ -46,6 +44,8 @@ from multicluster_source.runtime.core._messages import (
     WorkerLog,
     relay_metrics,
 )
+from multicluster_source.runtime.push._host import WorkerHost, record_maker
+from multicluster_source.runtime.push._push_watermarks import worker_event_times
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

@@ -11,10 +11,10 @@ from typing import Any
 
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
-from multicluster_source.runtime._host import WorkerHost, record_maker
-from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime.core._factory import SourceFactory
 from multicluster_source.runtime.core._messages import Deliver, Handler, LinkLost, WorkerLink
+from multicluster_source.runtime.push._host import WorkerHost, record_maker
+from multicluster_source.runtime.push._push_watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 

@@ -37,8 +37,6 @@ from typing import Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import MetricsRecorder
-from multicluster_source.runtime._host import WorkerHost, record_maker
-from multicluster_source.runtime._push_watermarks import worker_event_times
 from multicluster_source.runtime.core._factory import SourceFactory, reader_only_source
 from multicluster_source.runtime.core._messages import (
     Deliver,
@@ -48,6 +46,8 @@ from multicluster_source.runtime.core._messages import (
     WorkerStopped,
     relay_metrics,
 )
+from multicluster_source.runtime.push._host import WorkerHost, record_maker
+from multicluster_source.runtime.push._push_watermarks import worker_event_times
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5

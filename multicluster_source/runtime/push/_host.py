@@ -17,7 +17,6 @@ from multicluster_source.framework._interfaces import InlineStep, RecordBatch, S
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import EventTimes, widen_event_times
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime._push_watermarks import WorkerEventTimes
 from multicluster_source.runtime.core._factory import SourceFactory
 from multicluster_source.runtime.core._handoff import Handoff
 from multicluster_source.runtime.core._messages import (
@@ -40,6 +39,7 @@ from multicluster_source.runtime.core._messages import (
     describe_error,
     error_blob,
 )
+from multicluster_source.runtime.push._push_watermarks import WorkerEventTimes
 
 _log = logging.getLogger("multicluster_source.push")
 

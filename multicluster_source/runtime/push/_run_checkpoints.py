@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from multicluster_source.framework._storage import CheckpointStorage
-from multicluster_source.runtime._control import RunControl
 from multicluster_source.runtime.core._checkpointer import Checkpointer
 from multicluster_source.runtime.core._handoff import PositionTracker
+from multicluster_source.runtime.push._control import RunControl
 
 
 class RunCheckpoints:

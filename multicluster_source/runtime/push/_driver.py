@@ -12,9 +12,6 @@ from multicluster_source.exceptions import MultiClusterSourceError, SourceFailed
 from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.ops._metrics_relay import apply_metrics
-from multicluster_source.runtime._control import RunControl, RunResult
-from multicluster_source.runtime._push_watermarks import RunWatermarks, run_watermarks
-from multicluster_source.runtime._run_checkpoints import RunCheckpoints
 from multicluster_source.runtime.core._enumeration import stop_enumeration
 from multicluster_source.runtime.core._factory import SourceFactory
 from multicluster_source.runtime.core._handoff import PositionTracker
@@ -35,6 +32,9 @@ from multicluster_source.runtime.core._messages import (
     WorkerReady,
     WorkerStopped,
 )
+from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.runtime.push._push_watermarks import RunWatermarks, run_watermarks
+from multicluster_source.runtime.push._run_checkpoints import RunCheckpoints
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
