@@ -1,8 +1,8 @@
 """What the push API's driver and workers say to each other, and the transport seam that carries it.
 
 Every message is a frozen dataclass (splits and events are the framework's own frozen values), so a transport
-may pickle it: queues for threads, one pipe per worker process, actor calls for Ray. See :mod:`._push` for the
-shape of a run.
+may pickle it: queues for threads, one pipe per worker process, actor calls for Ray. See
+:mod:`multicluster_source.runtime.push._push` for the shape of a run.
 """
 
 from __future__ import annotations

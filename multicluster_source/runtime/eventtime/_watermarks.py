@@ -7,7 +7,7 @@ over the active, non-idle splits; never decreasing). :class:`WatermarkTracker` f
   (a split seen before, moved by a failover, keeps its watermark) and :meth:`~WatermarkTracker.metadata`
   for every metadata update sent to the readers (splits of a removed cluster or topic are released at
   once: they stop holding the watermark back before their fetchers are even closed);
-* the taker of records (:class:`~multicluster_source.runtime._delivery.Delivery`) calls
+* the taker of records (:class:`~multicluster_source.runtime.core._delivery.Delivery`) calls
   :meth:`~WatermarkTracker.delivered` for every chunk it returned, so the watermark covers exactly what the
   caller has; it counts late records there (event time at or below the stream's watermark before the chunk).
 

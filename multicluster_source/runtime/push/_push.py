@@ -5,20 +5,20 @@ each reader's worker with that reader's batches, one batch at a time;
 a batch's positions count as delivered once the handler returned from it, and checkpoints cover exactly
 what the handlers returned from.
 
-Shape of every runtime (``threads`` in :mod:`._threads`, ``processes`` in :mod:`._processes`, ``ray``
-in :mod:`._ray`):
+Shape of every runtime (``threads`` in :mod:`.transports._threads`, ``processes`` in
+:mod:`.transports._processes`, ``ray`` in :mod:`.transports._ray`):
 
-* the **driver** (:class:`~._driver.Driver`, in the calling process) runs the enumerator on a
-  coordinator mailbox thread (:class:`~._local.Coordinator`), tracks delivered positions, takes checkpoints
-  into a :class:`~multicluster_source.framework._storage.CheckpointStorage` (captured on its thread, written
-  and committed on the checkpoint thread: :mod:`._run_checkpoints`), records topic tracking, and
-  detects lost workers (link lost: thread ended, process sentinel, Ray actor died; or no heartbeat);
+* the **driver** (:class:`~._driver.Driver`, in the calling process) runs the enumerator on a coordinator
+  mailbox thread (:class:`~multicluster_source.runtime.core._local.Coordinator`), tracks delivered positions,
+  takes checkpoints into a :class:`~multicluster_source.framework._storage.CheckpointStorage` (captured on its
+  thread, written and committed on the checkpoint thread: :mod:`._run_checkpoints`), records topic tracking,
+  and detects lost workers (link lost: thread ended, process sentinel, Ray actor died; or no heartbeat);
 * each **worker** (:class:`~._host.WorkerHost`: a thread, a process or a Ray actor) runs one reader (built
   with ``source.create_reader``) and a handler thread ``mcs-handler-<source>-<i>`` that takes the reader's
   batches from a bounded buffer and calls the handler;
-* they talk only through the frozen dataclasses of :mod:`._messages` (splits and events are the
-  framework's own frozen values), carried by a *transport*: queues for threads, one pipe per worker
-  process, actor calls for Ray.
+* they talk only through the frozen dataclasses of :mod:`multicluster_source.runtime.core._messages` (splits
+  and events are the framework's own frozen values), carried by a *transport*: queues for threads, one pipe
+  per worker process, actor calls for Ray.
 
 A worker that dies is handled as a reader failure: the enumerator moves its splits to live readers, resuming
 each at the position the handlers returned from (at-least-once); the run goes on with one reader less, and

@@ -2,8 +2,8 @@
 
 Workers send each handled batch's split event times with its positions (``Delivered.event_times``) and count
 its late records themselves (:class:`WorkerEventTimes`); the driver feeds the event times to a
-:class:`~multicluster_source.runtime._watermarks.WatermarkTracker` through :class:`RunWatermarks`, which
-tells ``RunControl.watermark`` and every live worker (``WatermarkAdvanced``, for the handler's
+:class:`~multicluster_source.runtime.eventtime._watermarks.WatermarkTracker` through :class:`RunWatermarks`,
+which tells ``RunControl.watermark`` and every live worker (``WatermarkAdvanced``, for the handler's
 ``on_watermark(ms)`` hook) when the run's watermark moved.
 """
 

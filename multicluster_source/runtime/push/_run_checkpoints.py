@@ -1,13 +1,14 @@
 """The checkpoints of a push run (``source.run``): taken on the driver's thread, written off it.
 
-The driver's thread handles every message of the workers (positions, events, heartbeats), so a checkpoint
-must not hold it for what grows with the number of splits. :meth:`RunCheckpoints.take` has the source's
-:class:`~._checkpointer.Checkpointer` capture the positions that moved since the last checkpoint (the
-driver's position tracker, fed by the workers' ``Delivered`` messages) and the enumerator's state;
-serializing, writing into the run's :class:`~multicluster_source.framework._storage.CheckpointStorage` and
-committing offsets run on its thread ``mcs-checkpoint-<source>``, one checkpoint after the other. A checkpoint
-holds exactly the positions of the ``Delivered`` messages the driver handled before it was taken (what the
-handlers returned from), whatever arrives while it is written.
+The driver's thread handles every message of the workers (positions, events, heartbeats), so a checkpoint must
+not hold it for what grows with the number of splits. :meth:`RunCheckpoints.take` has the source's
+:class:`~multicluster_source.runtime.core._checkpointer.Checkpointer` capture the positions that moved since
+the last checkpoint (the driver's position tracker, fed by the workers' ``Delivered`` messages) and the
+enumerator's state; serializing, writing into the run's
+:class:`~multicluster_source.framework._storage.CheckpointStorage` and committing offsets run on its thread
+``mcs-checkpoint-<source>``, one checkpoint after the other. A checkpoint holds exactly the positions of the
+``Delivered`` messages the driver handled before it was taken (what the handlers returned from), whatever
+arrives while it is written.
 """
 
 from __future__ import annotations

@@ -2,13 +2,15 @@
 
 * Workers are ``multiprocessing`` processes of the ``spawn`` context (``start_method`` option), named
   ``mcs-worker-<source>-<i>``, daemonic (they die with the parent), ignoring SIGINT (the parent stops them).
-* Each gets, pickled: a reader-only copy of the source (:func:`~._factory.reader_only_source`: no metadata
-  service, subscriber, topic status store or standby assignor: what a reader needs and nothing that holds
-  threads or clients), the handler, its index and rack. It builds its reader with ``source.create_reader``
-  and runs a :class:`~._host.WorkerHost`.
-* One duplex pipe per worker carries the messages of :mod:`._messages` both ways (frozen dataclasses; splits
-  and events are the framework's). Not a shared queue: a process killed while writing to a shared queue can
-  leave its lock held and block every other worker; a pipe of its own breaks alone.
+* Each gets, pickled: a reader-only copy of the source
+  (:func:`~multicluster_source.runtime.core._factory.reader_only_source`: no metadata service, subscriber,
+  topic status store or standby assignor: what a reader needs and nothing that holds threads or clients), the
+  handler, its index and rack. It builds its reader with ``source.create_reader`` and runs a
+  :class:`~multicluster_source.runtime.push._host.WorkerHost`.
+* One duplex pipe per worker carries the messages of :mod:`multicluster_source.runtime.core._messages` both
+  ways (frozen dataclasses; splits and events are the framework's). Not a shared queue: a process killed while
+  writing to a shared queue can leave its lock held and block every other worker; a pipe of its own breaks
+  alone.
 * The parent's receiver thread ``mcs-links-<source>`` waits on every pipe and every process sentinel
   (``multiprocessing.connection.wait``): a worker that exits, however (``kill -9`` included), is noticed at
   once, after what it sent before dying was read, and handled as a reader failure (its splits move).

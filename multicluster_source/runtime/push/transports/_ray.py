@@ -7,8 +7,8 @@ Ray is an optional extra: ``pip install 'multicluster-kafka-source[ray]'``.
   the enumerator, checkpoints and topic tracking. Only the driver touches the checkpoint storage.
 * Each reader is an actor ``mcs-worker-<source>-<i>-<run>`` (``num_cpus=1`` and
   ``scheduling_strategy="SPREAD"`` unless ``actor_options``/``scheduling_strategy`` say otherwise) running a
-  :class:`~._host.WorkerHost` on a thread of its own. It gets a reader-only copy of the source and the
-  handler (serialized by Ray, so closures work here too).
+  :class:`~multicluster_source.runtime.push._host.WorkerHost` on a thread of its own. It gets a reader-only
+  copy of the source and the handler (serialized by Ray, so closures work here too).
 * Racks: ``reader_racks`` when given, else with ``rack_label="zone"`` each reader's rack is the value of
   that label on the node its actor landed on (``ray start --labels='{"zone": "az-1"}'``); the enumerator
   places splits by those racks and each consumer announces it as ``client.rack`` (fetch from the closest
