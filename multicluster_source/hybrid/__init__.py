@@ -7,16 +7,16 @@ with the position of each split handed from one stage to the next. See API.md se
 
 from __future__ import annotations
 
-from multicluster_source.hybrid._archive import KafkaArchiveSource
-from multicluster_source.hybrid._archive_layout import ArchiveError
-from multicluster_source.hybrid._archive_pieces import ArchivedColumns
 from multicluster_source.hybrid._async import AsyncHybridStream
-from multicluster_source.hybrid._iceberg import KafkaIcebergSource
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
 from multicluster_source.hybrid._memory import InMemoryArchiveStage
 from multicluster_source.hybrid._source import HybridSource, HybridSourceBuilder
 from multicluster_source.hybrid._stage import HandoverMode, HybridStage, StageHandover, StageReader
 from multicluster_source.hybrid._stream import HybridStream
+from multicluster_source.hybrid.archive._archive import KafkaArchiveSource
+from multicluster_source.hybrid.archive._archive_layout import ArchiveError
+from multicluster_source.hybrid.archive._archive_pieces import ArchivedColumns
+from multicluster_source.hybrid.archive._iceberg import KafkaIcebergSource
 
 __all__ = [
     "ArchiveError",

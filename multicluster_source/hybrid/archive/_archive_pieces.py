@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from multicluster_source.exceptions import CheckpointError
 from multicluster_source.framework._records import Headers, SourceRecord
-from multicluster_source.hybrid._archive_rows import RowColumns, archived_records
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
+from multicluster_source.hybrid.archive._archive_rows import RowColumns, archived_records
 
 SNAPSHOT_VERSION = 2
 

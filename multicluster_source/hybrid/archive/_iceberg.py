@@ -25,13 +25,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from multicluster_source.exceptions import ConfigurationError
-from multicluster_source.hybrid._archive import ON_ERROR, _ms
-from multicluster_source.hybrid._archive_formats import CHUNK
-from multicluster_source.hybrid._archive_layout import ArchiveError, missing_extra
-from multicluster_source.hybrid._archive_pieces import Piece, SplitPosition, starting_state
-from multicluster_source.hybrid._archive_reader import ArchiveStageReader
-from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
 from multicluster_source.hybrid._stage import StageHandover, StageReader
+from multicluster_source.hybrid.archive._archive import ON_ERROR, _ms
+from multicluster_source.hybrid.archive._archive_formats import CHUNK
+from multicluster_source.hybrid.archive._archive_layout import ArchiveError, missing_extra
+from multicluster_source.hybrid.archive._archive_pieces import Piece, SplitPosition, starting_state
+from multicluster_source.hybrid.archive._archive_reader import ArchiveStageReader
+from multicluster_source.hybrid.archive._archive_rows import RowColumns, rows_of
 
 log = logging.getLogger("multicluster_source.hybrid.iceberg")
 

@@ -27,14 +27,14 @@ from typing import Any
 from confluent_kafka import Message
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.hybrid._archive_pieces import (
+from multicluster_source.hybrid._stage import HandoverMode, StageHandover
+from multicluster_source.hybrid.archive._archive_pieces import (
     SNAPSHOT_VERSION,
     ArchivedColumns,
     Piece,
     SplitPosition,
     SplitProducer,
 )
-from multicluster_source.hybrid._stage import HandoverMode, StageHandover
 
 log = logging.getLogger("multicluster_source.hybrid.archive")
 

@@ -24,8 +24,13 @@ from itertools import islice
 from typing import Any
 
 from multicluster_source.framework._records import Headers
-from multicluster_source.hybrid._archive_layout import ArchiveError, ArchiveFormat, format_of, missing_extra
-from multicluster_source.hybrid._archive_rows import RowColumns, rows_of
+from multicluster_source.hybrid.archive._archive_layout import (
+    ArchiveError,
+    ArchiveFormat,
+    format_of,
+    missing_extra,
+)
+from multicluster_source.hybrid.archive._archive_rows import RowColumns, rows_of
 
 CHUNK = 8192  # records per chunk of the row formats; Parquet chunks are record batches of this size
 

@@ -23,8 +23,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from multicluster_source.exceptions import CheckpointError, ConfigurationError
-from multicluster_source.hybrid._archive_formats import FieldNames, read_chunks, read_headers, read_keys
-from multicluster_source.hybrid._archive_layout import (
+from multicluster_source.hybrid._stage import StageHandover, StageReader
+from multicluster_source.hybrid.archive._archive_formats import (
+    FieldNames,
+    read_chunks,
+    read_headers,
+    read_keys,
+)
+from multicluster_source.hybrid.archive._archive_layout import (
     FORMATS,
     ArchiveError,
     ArchiveFile,
@@ -33,10 +39,9 @@ from multicluster_source.hybrid._archive_layout import (
     discover,
     open_root,
 )
-from multicluster_source.hybrid._archive_pieces import Piece, SplitPosition, starting_state
-from multicluster_source.hybrid._archive_reader import ArchiveStageReader
-from multicluster_source.hybrid._archive_rows import rows_of
-from multicluster_source.hybrid._stage import StageHandover, StageReader
+from multicluster_source.hybrid.archive._archive_pieces import Piece, SplitPosition, starting_state
+from multicluster_source.hybrid.archive._archive_reader import ArchiveStageReader
+from multicluster_source.hybrid.archive._archive_rows import rows_of
 
 log = logging.getLogger("multicluster_source.hybrid.archive")
 
