@@ -55,7 +55,10 @@ from multicluster_source.metadata import (
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
-from multicluster_source.metadata._topic_writer import KafkaTopicMetadataWriter, MetadataWriterFencedError
+from multicluster_source.metadata.topic._topic_writer import (
+    KafkaTopicMetadataWriter,
+    MetadataWriterFencedError,
+)
 from multicluster_source.ops._topic_stores import (
     KafkaTopicStatusStore,
     LocalTopicStatusStore,

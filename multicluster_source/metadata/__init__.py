@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from multicluster_source.metadata._configmap import ConfigMapMetadataService
 from multicluster_source.metadata._file import FileMetadataService
-from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataService
 from multicluster_source.metadata._model import (
     ClusterMetadata,
     KafkaMetadataService,
@@ -33,6 +32,7 @@ from multicluster_source.metadata._subscriber import (
     StreamSetSubscriber,
 )
 from multicluster_source.metadata._validate import validate_streams
+from multicluster_source.metadata.topic._kafka_topic import KafkaTopicMetadataService
 
 __all__ = [
     "ClusterMetadata",

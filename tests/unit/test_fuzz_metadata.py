@@ -38,8 +38,8 @@ from multicluster_source.metadata import (
     dump_streams,
     parse_streams,
 )
-from multicluster_source.metadata._topic_log import MetadataLog
-from multicluster_source.metadata._topic_records import (
+from multicluster_source.metadata.topic._topic_log import MetadataLog
+from multicluster_source.metadata.topic._topic_records import (
     ClusterDefinition,
     StreamCommit,
     StreamPart,

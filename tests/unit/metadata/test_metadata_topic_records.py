@@ -11,9 +11,9 @@ import pytest
 
 from multicluster_source.exceptions import MetadataValidationError
 from multicluster_source.metadata import ClusterMetadata, KafkaStream
-from multicluster_source.metadata._topic_log import MetadataLog, MetadataSnapshot
-from multicluster_source.metadata._topic_plan import plan_publish
-from multicluster_source.metadata._topic_records import (
+from multicluster_source.metadata.topic._topic_log import MetadataLog, MetadataSnapshot
+from multicluster_source.metadata.topic._topic_plan import plan_publish
+from multicluster_source.metadata.topic._topic_records import (
     ClusterDefinition,
     ClusterKey,
     CommitKey,

@@ -25,8 +25,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from multicluster_source.exceptions import MetadataError
 from multicluster_source.metadata._model import MetadataListener
-from multicluster_source.metadata._topic_client import error_text, kafka_error
-from multicluster_source.metadata._topic_log import MetadataLog, MetadataSnapshot
+from multicluster_source.metadata.topic._topic_client import error_text, kafka_error
+from multicluster_source.metadata.topic._topic_log import MetadataLog, MetadataSnapshot
 
 __all__ = ["TopicReader"]
 

@@ -33,14 +33,14 @@ from confluent_kafka.admin import AdminClient
 
 from multicluster_source.exceptions import ConfigurationError, MetadataError
 from multicluster_source.metadata._model import KafkaStream, MetadataListener
-from multicluster_source.metadata._topic_client import (
+from multicluster_source.metadata.topic._topic_client import (
     check_arguments,
     client_config,
     describe_source,
     ensure_topic,
 )
-from multicluster_source.metadata._topic_log import MetadataSnapshot
-from multicluster_source.metadata._topic_reader import TopicReader
+from multicluster_source.metadata.topic._topic_log import MetadataSnapshot
+from multicluster_source.metadata.topic._topic_reader import TopicReader
 
 __all__ = ["KafkaTopicMetadataService"]
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from multicluster_source.metadata._model import KafkaStream
-from multicluster_source.metadata._topic_records import (
+from multicluster_source.metadata.topic._topic_records import (
     ClusterDefinition,
     ClusterKey,
     CommitKey,

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from multicluster_source.metadata._model import KafkaStream
-from multicluster_source.metadata._topic_log import MetadataSnapshot
-from multicluster_source.metadata._topic_records import (
+from multicluster_source.metadata._validate import validate_streams
+from multicluster_source.metadata.topic._topic_log import MetadataSnapshot
+from multicluster_source.metadata.topic._topic_records import (
     ClusterDefinition,
     ClusterKey,
     CommitKey,
@@ -25,7 +26,6 @@ from multicluster_source.metadata._topic_records import (
     parse_key,
     part_key,
 )
-from multicluster_source.metadata._validate import validate_streams
 
 __all__ = ["PlannedRecord", "WritePlan", "plan_publish"]
 

@@ -23,15 +23,15 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from multicluster_source.exceptions import MetadataError
 from multicluster_source.metadata._model import KafkaStream
-from multicluster_source.metadata._topic_client import (
+from multicluster_source.metadata.topic._topic_client import (
     check_arguments,
     client_config,
     describe_source,
     error_text,
     kafka_error,
 )
-from multicluster_source.metadata._topic_log import MetadataSnapshot
-from multicluster_source.metadata._topic_plan import WritePlan, plan_publish
+from multicluster_source.metadata.topic._topic_log import MetadataSnapshot
+from multicluster_source.metadata.topic._topic_plan import WritePlan, plan_publish
 
 __all__ = [
     "KafkaTopicMetadataWriter",
