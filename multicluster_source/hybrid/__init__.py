@@ -3,6 +3,11 @@ with the position of each split handed from one stage to the next. See API.md se
 
 :mod:`._stage` is the protocol every stage satisfies (documented for users' own archives);
 :class:`HybridSource` chains stages; :class:`KafkaSourceStage` is a Kafka source as a stage.
+
+Here: the source and its builder (``_source``), the running stream (``_stream``, ``_async``, ``_held``,
+``_columns``, ``_periodic``, ``_state``, ``_status``, ``_metrics``) and ``run()`` (``_run``), the stage
+protocol (``_stage``) and the stages that are not archives (``_kafka_stage``, ``_memory``).
+:mod:`.archive` holds the archive stages (Kafka Connect's storage sinks, Iceberg tables).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ in Flink's format, watched), :class:`ConfigMapMetadataService` (a Kubernetes Con
 A cluster may declare that its topics copy another cluster's (:class:`ReplicaOf`, the ``replicaOf`` key).
 Property values may hold ``${env:NAME}`` and ``${file:/path}`` placeholders, resolved only when a client is
 created (:func:`resolve_properties`); log properties only through :func:`redact_properties`.
+
+:mod:`.topic` holds the metadata kept in a compacted Kafka topic (:class:`KafkaTopicMetadataService`, its
+record format, reader and writer).
 """
 
 from __future__ import annotations
