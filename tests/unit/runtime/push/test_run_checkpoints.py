@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from unit.test_push import ENDS, Collect, FakeSource, _all_values, _run, wait_for
+from unit.runtime.push.test_push import ENDS, Collect, FakeSource, _all_values, _run, wait_for
 
 from multicluster_source import CheckpointError, ObjectStoreCheckpointStorage, RunControl, SourceRecord
 from multicluster_source.framework._storage import InMemoryObjectStore
