@@ -22,7 +22,7 @@ from multicluster_source import (
 )
 from multicluster_source.framework._dirlock import LOCK_NAME, DirectoryLock
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _source(name: str = "billing") -> MultiClusterKafkaSource:

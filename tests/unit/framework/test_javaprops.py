@@ -103,7 +103,7 @@ def test_the_table_names_java_names_librdkafka_lacks_and_librdkafka_names_it_has
 
 
 def test_the_docs_table_lists_every_java_name() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "docs" / "flink.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / "docs" / "flink.md").read_text(encoding="utf-8")
     for name, entry in JAVA_CONSUMER_PROPERTIES.items():
         target = f"`{entry.librdkafka}`" if entry.librdkafka else "—"
         assert f"| `{name}` | {target} |" in readme, name

@@ -12,7 +12,7 @@ import pytest
 
 from multicluster_source import FileMetadataService, MetadataError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 BAD = textwrap.dedent(
     """\
