@@ -99,10 +99,10 @@ def measure_in_process(n: int, changes: int, checkpoints: int = CHECKPOINTS) -> 
 
     from multicluster_source.framework._checkpoint import CheckpointStore
     from multicluster_source.ops._metrics import SourceMetrics
-    from multicluster_source.runtime._checkpointer import Checkpointer, store_writer
-    from multicluster_source.runtime._enumeration import take_checkpoint
-    from multicluster_source.runtime._handoff import PositionTracker
-    from multicluster_source.runtime._local import Coordinator
+    from multicluster_source.runtime.core._checkpointer import Checkpointer, store_writer
+    from multicluster_source.runtime.core._enumeration import take_checkpoint
+    from multicluster_source.runtime.core._handoff import PositionTracker
+    from multicluster_source.runtime.core._local import Coordinator
 
     out: dict[str, Any] = {"splits": n, "changes_per_checkpoint": min(changes, n)}
     for kind in ("before", "after"):
@@ -255,7 +255,7 @@ def _time_checkpoints() -> tuple[list[float], list[float]]:
     held: list[float] = []
     written: list[float] = []
     try:
-        from multicluster_source.runtime._checkpointer import Checkpointer
+        from multicluster_source.runtime.core._checkpointer import Checkpointer
     except ImportError:
         return held, written
 

@@ -55,16 +55,19 @@ from multicluster_source.metadata import (
     StreamPatternSubscriber,
     StreamSetSubscriber,
 )
-from multicluster_source.metadata._topic_writer import KafkaTopicMetadataWriter, MetadataWriterFencedError
+from multicluster_source.metadata.topic._topic_writer import (
+    KafkaTopicMetadataWriter,
+    MetadataWriterFencedError,
+)
 from multicluster_source.ops._topic_stores import (
     KafkaTopicStatusStore,
     LocalTopicStatusStore,
     TopicStatusStore,
 )
 from multicluster_source.ops._tracking import TopicTrackingDisabledError
-from multicluster_source.runtime._async import AsyncSourceStream
-from multicluster_source.runtime._control import RunControl, RunResult
-from multicluster_source.runtime._stream import SourceStream
+from multicluster_source.runtime.pull._async import AsyncSourceStream
+from multicluster_source.runtime.pull._stream import SourceStream
+from multicluster_source.runtime.push._control import RunControl, RunResult
 
 __version__ = "0.3.0"
 

@@ -34,12 +34,12 @@ from multicluster_source.ops._topic_stores import (
 from multicluster_source.ops._tracking import TopicTracker
 from multicluster_source.reader._multicluster import MultiClusterReader
 from multicluster_source.reader._settings import FetchSettings, ReaderSettings
-from multicluster_source.runtime._async import AsyncSourceStream
-from multicluster_source.runtime._factory import validate_reader_racks
-from multicluster_source.runtime._stream import SourceStream
+from multicluster_source.runtime.core._factory import validate_reader_racks
+from multicluster_source.runtime.pull._async import AsyncSourceStream
+from multicluster_source.runtime.pull._stream import SourceStream
 
 if TYPE_CHECKING:
-    from multicluster_source.runtime._control import RunResult
+    from multicluster_source.runtime.push._control import RunResult
 
 _log = logging.getLogger("multicluster_source")
 
@@ -313,7 +313,7 @@ class MultiClusterKafkaSource:
         ``"processes"`` (one worker process per reader) or ``"ray"`` (readers as Ray actors). Checkpoints
         cover exactly what the handlers returned from. See the guide "Scale out with processes and Ray"
         (docs/guides/scale-out.md) for the options of each runtime."""
-        from multicluster_source.runtime._push import run_source
+        from multicluster_source.runtime.push._push import run_source
 
         return run_source(
             self,

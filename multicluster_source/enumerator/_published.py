@@ -11,7 +11,7 @@ thread (a split is in the table before a reader is handed it), and every other c
 :meth:`StatePublisher.changed` before it is made. The caller's thread reads the published copy and then
 the current stamp: when they agree, no change was made between the publication and that read, so the copy
 holds every split whose records the caller could have been handed. When they do not, the caller asks the
-coordinator thread as before (:meth:`~multicluster_source.runtime._checkpointer.Checkpointer.take`).
+coordinator thread as before (:meth:`~multicluster_source.runtime.core._checkpointer.Checkpointer.take`).
 
 The replicas section's timestamps of the last records delivered come from the runtime at the moment the
 copy is taken (they move with every record, not with the enumerator's changes).

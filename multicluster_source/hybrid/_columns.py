@@ -16,8 +16,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-from multicluster_source.hybrid._archive_pieces import ArchivedColumns
 from multicluster_source.hybrid._stage import StageReader
+from multicluster_source.hybrid.archive._archive_pieces import ArchivedColumns
 
 __all__ = ["columnar", "skip_columns", "take_columns"]
 

@@ -25,11 +25,11 @@ from multicluster_source.enumerator._offsets import OffsetsInitializer, handover
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
-from multicluster_source.runtime._async import capture_checkpoint
+from multicluster_source.runtime.pull._async import capture_checkpoint
 
 if TYPE_CHECKING:
     from multicluster_source._source import MultiClusterKafkaSource
-    from multicluster_source.runtime._stream import SourceStream
+    from multicluster_source.runtime.pull._stream import SourceStream
 
 __all__ = ["GAP_POLICIES", "KafkaSourceStage", "KafkaStageReader", "starting_offsets"]
 

@@ -20,7 +20,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
 from multicluster_source.hybrid._stage import StageChain
 from multicluster_source.hybrid._stream import HybridStream
-from multicluster_source.runtime._control import RunControl, RunResult
+from multicluster_source.runtime.push._control import RunControl, RunResult
 
 __all__ = ["run_hybrid"]
 

@@ -18,7 +18,7 @@ from multicluster_source.hybrid._stage import HybridStage
 from multicluster_source.hybrid._stream import HybridStream
 
 if TYPE_CHECKING:
-    from multicluster_source.runtime._control import RunResult
+    from multicluster_source.runtime.push._control import RunResult
 
 __all__ = ["HybridSource", "HybridSourceBuilder"]
 

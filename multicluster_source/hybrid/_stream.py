@@ -29,7 +29,6 @@ from prometheus_client import CollectorRegistry
 from multicluster_source.exceptions import ConfigurationError, StreamClosedError
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.hybrid._archive_pieces import ArchivedColumns
 from multicluster_source.hybrid._columns import columnar, skip_columns, take_columns
 from multicluster_source.hybrid._held import Held, as_batches, iterate
 from multicluster_source.hybrid._metrics import HybridMetrics
@@ -37,6 +36,7 @@ from multicluster_source.hybrid._periodic import BackgroundCheckpoint, Captured,
 from multicluster_source.hybrid._stage import StageChain, StageHandover, StageReader
 from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore, write_state
 from multicluster_source.hybrid._status import hybrid_status, log_switch, stage_secrets, switch_summary
+from multicluster_source.hybrid.archive._archive_pieces import ArchivedColumns
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 
 __all__ = ["HybridStream"]

@@ -9,13 +9,15 @@ in Flink's format, watched), :class:`ConfigMapMetadataService` (a Kubernetes Con
 A cluster may declare that its topics copy another cluster's (:class:`ReplicaOf`, the ``replicaOf`` key).
 Property values may hold ``${env:NAME}`` and ``${file:/path}`` placeholders, resolved only when a client is
 created (:func:`resolve_properties`); log properties only through :func:`redact_properties`.
+
+:mod:`.topic` holds the metadata kept in a compacted Kafka topic (:class:`KafkaTopicMetadataService`, its
+record format, reader and writer).
 """
 
 from __future__ import annotations
 
 from multicluster_source.metadata._configmap import ConfigMapMetadataService
 from multicluster_source.metadata._file import FileMetadataService
-from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataService
 from multicluster_source.metadata._model import (
     ClusterMetadata,
     KafkaMetadataService,
@@ -33,6 +35,7 @@ from multicluster_source.metadata._subscriber import (
     StreamSetSubscriber,
 )
 from multicluster_source.metadata._validate import validate_streams
+from multicluster_source.metadata.topic._kafka_topic import KafkaTopicMetadataService
 
 __all__ = [
     "ClusterMetadata",

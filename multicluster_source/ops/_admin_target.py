@@ -1,7 +1,7 @@
 """The source side of the admin server: what it asks a running source, and what a source answers with.
 
 - :class:`AdminTarget`: the protocol the admin server (:mod:`multicluster_source.ops._admin`) asks a source
-  through; :class:`~multicluster_source.runtime._stream.SourceStream` implements it.
+  through; :class:`~multicluster_source.runtime.pull._stream.SourceStream` implements it.
 - :func:`lag_rows` and :class:`RecordingSubscriber`: what ``SourceStream.status()`` builds its answer with
   (the offset gauges per partition, read back from the metrics registry; the streams subscribed last).
 

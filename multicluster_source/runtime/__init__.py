@@ -1,31 +1,28 @@
 """Runtimes: what runs the enumerator and the readers, and hands records to the caller (implementation).
 
-What lives here:
+One folder per question, each described in its own ``__init__``:
 
-- ``_local``: the coordinator thread (enumerator side) and the reader runners of the pull API.
-- ``_handoff``: the bounded hand-off between fetch threads and their consumer, and the delivered-position
-  tracker checkpoints are taken from; shared by every runtime.
-- ``_stream``: the pull API, :class:`SourceStream` returned by ``source.open()``; ``_delivery`` takes records
-  or batches out of the hand-off with the positions of what was taken; ``_status`` builds its health and
-  status documents; ``_checkpointer``: checkpoints captured on the thread that owns the run, written and
-  committed on the source's checkpoint thread (the stream's and the push driver's); ``_enumeration``:
-  stopping the enumerator, the same for the stream and the push driver.
-- ``_async``: :class:`AsyncSourceStream` returned by ``source.open_async()``: the pull API for asyncio, over a
-  ``SourceStream`` whose hand-off wakes the waiting coroutine.
-- ``_watermarks``: the stream's watermark: split watermarks of what was returned, combined (minimum over
-  active, non-idle splits), late records counted; told of assignments and removals by the coordinator.
-  ``_alignment``: watermark alignment, a coordinator timer that tells readers which splits to pause;
-  ``_push_watermarks``: event time on the push API (what workers report, the driver's watermark).
-- ``_factory``: the :class:`SourceFactory` protocol (what a runtime needs of a source) and the checks made
-  before readers start.
-- the push API, ``source.run(handler, ...)``: ``_messages`` (what driver and workers send each other),
-  ``_host`` (the worker side: readers plus the handler loop), ``_control`` (``RunControl``, ``RunResult``),
-  ``_driver`` (the driver loop: checkpoints, failover, shutdown), ``_run_checkpoints`` (the run's
-  checkpoints, through the checkpointer) and one module per transport:
-  ``_threads``, ``_processes``, ``_ray``.
+- :mod:`~multicluster_source.runtime.eventtime`: what is the stream's watermark, and which splits run too
+  far ahead of it? (``_watermarks``, ``_alignment``)
+- :mod:`~multicluster_source.runtime.core`: what every runtime shares: the coordinator thread and the reader
+  runners (``_local``), the hand-off and delivered positions (``_handoff``), taking records with their
+  positions (``_delivery``), checkpoints (``_checkpointer``), stopping (``_enumeration``, ``_memory``), what
+  a runtime needs of a source (``_factory``) and the messages a reader's inbox and the push transports
+  carry (``_messages``).
+- :mod:`~multicluster_source.runtime.pull`: the pull API: :class:`SourceStream` returned by
+  ``source.open()`` (``_stream``), :class:`AsyncSourceStream` returned by ``source.open_async()``
+  (``_async``), their health and status documents (``_status``).
+- :mod:`~multicluster_source.runtime.push`: the push API, ``source.run(handler, ...)``: the entry point
+  (``_push``), the driver (``_driver``), the worker side (``_host``), ``RunControl``/``RunResult``
+  (``_control``), the run's checkpoints (``_run_checkpoints``), event time on the push API
+  (``_push_watermarks``); and ``push/transports/``, one module per transport: ``_threads``,
+  ``_processes``, ``_ray``.
+
+Within the runtime, imports point one way: ``eventtime`` imports nothing of the runtime, ``core`` only
+``eventtime``, ``pull`` and ``push`` build on both and never import each other.
 
 May import: :mod:`multicluster_source.enumerator`, :mod:`multicluster_source.reader`,
 :mod:`multicluster_source.ops`, :mod:`multicluster_source.framework`, :mod:`multicluster_source.metadata`,
 :mod:`multicluster_source.exceptions`. It never imports the root modules (the source and its builder): what
-it needs of a source is the :class:`~multicluster_source.runtime._factory.SourceFactory` protocol.
+it needs of a source is the :class:`~multicluster_source.runtime.core._factory.SourceFactory` protocol.
 """

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO, TextIO
 
 from multicluster_source.framework._records import MessageBatch
-from multicluster_source.runtime._stream import SourceStream
+from multicluster_source.runtime.pull._stream import SourceStream
 
 __all__ = ["Progress", "consume_to", "message_line"]
 

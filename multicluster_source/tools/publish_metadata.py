@@ -36,14 +36,17 @@ from confluent_kafka import KafkaException
 
 from multicluster_source.exceptions import ConfigurationError, MetadataError, MetadataValidationError
 from multicluster_source.metadata._file import decode_metadata, read_metadata_bytes
-from multicluster_source.metadata._kafka_topic import KafkaTopicMetadataService
 from multicluster_source.metadata._model import ClusterMetadata, KafkaStream
 from multicluster_source.metadata._parser import parse_streams
 from multicluster_source.metadata._placeholders import redact_properties
-from multicluster_source.metadata._topic_client import check_metadata_topic
-from multicluster_source.metadata._topic_log import MetadataSnapshot
-from multicluster_source.metadata._topic_plan import WritePlan, plan_publish
-from multicluster_source.metadata._topic_writer import KafkaTopicMetadataWriter, default_transactional_id
+from multicluster_source.metadata.topic._kafka_topic import KafkaTopicMetadataService
+from multicluster_source.metadata.topic._topic_client import check_metadata_topic
+from multicluster_source.metadata.topic._topic_log import MetadataSnapshot
+from multicluster_source.metadata.topic._topic_plan import WritePlan, plan_publish
+from multicluster_source.metadata.topic._topic_writer import (
+    KafkaTopicMetadataWriter,
+    default_transactional_id,
+)
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
 

@@ -26,8 +26,8 @@ import yaml
 from multicluster_source.exceptions import MetadataError
 from multicluster_source.metadata import ConfigMapMetadataService, dump_streams, parse_streams
 from multicluster_source.metadata._file import decode_metadata
-from multicluster_source.metadata._topic_log import MetadataLog
-from multicluster_source.metadata._topic_records import (
+from multicluster_source.metadata.topic._topic_log import MetadataLog
+from multicluster_source.metadata.topic._topic_records import (
     RecordFormatError,
     decode_value,
     parse_key,

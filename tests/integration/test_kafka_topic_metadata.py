@@ -22,8 +22,8 @@ from harness.processes import free_port
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream, wait_for
 from multicluster_source import KafkaStream, MetadataError, NotifyingMetadataService
 from multicluster_source.metadata import KafkaTopicMetadataService
-from multicluster_source.metadata._topic_client import MetadataTopicMissingError
-from multicluster_source.metadata._topic_records import (
+from multicluster_source.metadata.topic._topic_client import MetadataTopicMissingError
+from multicluster_source.metadata.topic._topic_records import (
     ClusterDefinition,
     StreamCommit,
     StreamPart,
@@ -32,7 +32,10 @@ from multicluster_source.metadata._topic_records import (
     encode_value,
     part_key,
 )
-from multicluster_source.metadata._topic_writer import KafkaTopicMetadataWriter, MetadataWriterFencedError
+from multicluster_source.metadata.topic._topic_writer import (
+    KafkaTopicMetadataWriter,
+    MetadataWriterFencedError,
+)
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = pytest.mark.integration

@@ -259,7 +259,7 @@ def test_worker_killed_with_kill_9_loses_nothing(kafka_clusters, runtime: Runtim
     if runtime.name == "threads":
         pytest.skip(
             "a thread cannot be killed alone; failover of a push worker thread: "
-            "tests/unit/test_push.py::test_a_failed_reader_fails_over_and_nothing_is_lost"
+            "tests/unit/runtime/push/test_push.py::test_a_failed_reader_fails_over_and_nothing_is_lost"
         )
     east, west = kafka_clusters(2)
     t_east, t_west = _two_topics(east, west, 1500, prefix="kill")

@@ -44,8 +44,8 @@ from multicluster_source import (
 )
 from multicluster_source.framework._clientconf import merge_stream_clusters
 from multicluster_source.framework._events import MetadataUpdateEvent
-from multicluster_source.runtime._factory import reader_only_source
-from multicluster_source.runtime._messages import EventToReader
+from multicluster_source.runtime.core._factory import reader_only_source
+from multicluster_source.runtime.core._messages import EventToReader
 
 pytestmark = pytest.mark.integration
 

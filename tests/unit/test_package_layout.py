@@ -118,7 +118,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walker_sees_relative_type_checking_and_function_level_imports(tmp_path):
     graph = _graph()
-    assert "multicluster_source.runtime._push" in graph["multicluster_source._source"]  # inside run()
+    assert "multicluster_source.runtime.push._push" in graph["multicluster_source._source"]  # inside run()
     assert "multicluster_source.framework._split" in graph["multicluster_source.enumerator._state"]
     cyclic = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(cyclic) == [["a", "b", "c"]]

@@ -14,8 +14,8 @@ from multicluster_source import DeserializationError, MessageBatch, RawRecord, S
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import records_of
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime._delivery import Delivery, part_positions
-from multicluster_source.runtime._handoff import Handoff
+from multicluster_source.runtime.core._delivery import Delivery, part_positions
+from multicluster_source.runtime.core._handoff import Handoff
 
 
 def _msg(partition: int, offset: int, value: bytes | None = b"v", *, topic: str = "t", ts: int = 1000) -> Any:

@@ -15,8 +15,8 @@ from multicluster_source.enumerator._replica_state import ReplicaState
 from multicluster_source.enumerator._split_table import SplitTable
 from multicluster_source.enumerator._state import EnumeratorState
 from multicluster_source.framework._split import KafkaPartitionSplit
-from multicluster_source.runtime._checkpointer import Checkpointer
-from multicluster_source.runtime._handoff import PositionTracker
+from multicluster_source.runtime.core._checkpointer import Checkpointer
+from multicluster_source.runtime.core._handoff import PositionTracker
 from multicluster_source.testing import InMemoryMetadataService
 
 
@@ -165,7 +165,7 @@ def test_take_reads_the_published_state_and_asks_the_coordinator_only_after_a_ch
 
 
 def test_a_periodic_checkpoint_waits_while_the_enumerator_changes_but_not_for_long(monkeypatch: Any) -> None:
-    from multicluster_source.runtime import _checkpointer
+    from multicluster_source.runtime.core import _checkpointer
 
     table = SplitTable([KafkaPartitionSplit("east", "t", 0, 0)])
     pub = publisher(table)

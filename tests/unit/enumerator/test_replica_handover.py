@@ -24,8 +24,8 @@ from multicluster_source.metadata._replica import ReplicaOf
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.replicas import OriginPosition, Translation
-from multicluster_source.runtime._delivery import Delivery, part_positions
-from multicluster_source.runtime._handoff import Handoff, PositionTracker
+from multicluster_source.runtime.core._delivery import Delivery, part_positions
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
 from multicluster_source.testing import InMemoryMetadataService
 
 TOPICS = {"east": {"orders": 2}, "west": {"orders": 1, "east.orders": 2}}

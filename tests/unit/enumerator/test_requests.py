@@ -2,7 +2,7 @@
 
 Offset look-ups and committed offsets of thousands of partitions: each request names at most
 ``REQUEST_PARTITIONS`` of them, and every partition is answered (or deferred) exactly as with one request.
-Offset commits in groups: ``tests/unit/test_checkpointer.py`` (the commit ledger's tests).
+Offset commits in groups: ``tests/unit/runtime/core/test_checkpointer.py`` (the commit ledger's tests).
 """
 
 from __future__ import annotations

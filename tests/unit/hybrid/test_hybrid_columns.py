@@ -11,8 +11,8 @@ import pytest
 from harness.archive import kafka_log, write_archive
 from multicluster_source import HybridSource, KafkaArchiveSource
 from multicluster_source.hybrid import InMemoryArchiveStage
-from multicluster_source.hybrid._archive_pieces import ArchivedColumns
 from multicluster_source.hybrid._columns import skip_columns
+from multicluster_source.hybrid.archive._archive_pieces import ArchivedColumns
 
 SPLIT = "east/orders/0"
 IDS: dict[int, int] = {}  # offset -> the "id" field of the archived value (the log written last)

@@ -12,9 +12,9 @@ from multicluster_source.exceptions import MetadataValidationError
 from multicluster_source.framework._clientconf import merge_stream_clusters
 from multicluster_source.metadata import dump_streams, parse_streams, validate_streams
 from multicluster_source.metadata._replica import ReplicaOf
-from multicluster_source.metadata._topic_log import MetadataLog, MetadataSnapshot
-from multicluster_source.metadata._topic_plan import plan_publish
-from multicluster_source.metadata._topic_records import PartKey, StreamPart, decode_value, encode_value
+from multicluster_source.metadata.topic._topic_log import MetadataLog, MetadataSnapshot
+from multicluster_source.metadata.topic._topic_plan import plan_publish
+from multicluster_source.metadata.topic._topic_records import PartKey, StreamPart, decode_value, encode_value
 
 BASE = """\
 - streamId: orders

@@ -1,0 +1,410 @@
+"""The running source as the caller sees it: :class:`SourceStream`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from multicluster_source.exceptions import (
+    ConfigurationError,
+    DeserializationError,
+    MultiClusterSourceError,
+    SourceFailedError,
+    StreamClosedError,
+)
+from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._dirlock import DirectoryLock
+from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.ops._admin import AdminServer, check_admin_address
+from multicluster_source.ops._admin_target import RecordingSubscriber
+from multicluster_source.ops._metrics import SourceMetrics
+from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime.core._checkpointer import Checkpointer, store_writer
+from multicluster_source.runtime.core._delivery import Delivery
+from multicluster_source.runtime.core._enumeration import stop_enumeration, stop_readers
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
+from multicluster_source.runtime.core._local import Coordinator, ReaderRunner
+from multicluster_source.runtime.eventtime._watermarks import stream_watermarks
+from multicluster_source.runtime.pull._status import (
+    enumerator_status,
+    fail_silent_readers,
+    reader_assignments,
+    secret_values,
+    stream_health,
+    stream_status,
+)
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from multicluster_source.runtime.core._factory import SourceFactory
+
+_log = logging.getLogger("multicluster_source")
+_T = TypeVar("_T")
+
+
+class SourceStream:
+    """A running source: iterate it, or ``poll()`` it; take checkpoints; close it.
+
+    Created by :meth:`MultiClusterKafkaSource.open`. ``poll``, iteration and ``checkpoint`` are meant to be
+    called from one thread (the caller's); with ``checkpoint_interval`` the periodic checkpoints are taken
+    inside ``poll`` on that thread, so each covers exactly the records returned before it.
+    """
+
+    def __init__(
+        self,
+        source: SourceFactory,
+        *,
+        parallelism: int,
+        checkpoint_dir: str | None,
+        checkpoint_interval: float | None,
+        registry: Any,
+        admin_address: str | None = None,
+        admin_token: str | None = None,
+        reader_racks: Mapping[int, str | None] | None = None,
+    ) -> None:
+        if admin_address is not None:
+            check_admin_address(admin_address, admin_token)  # refuse before anything starts
+        if source.subscriber is None:
+            raise ConfigurationError(f"source {source.name}: a reader-only copy cannot be opened")
+        self._dir_lock: DirectoryLock | None = None
+        if checkpoint_dir is not None:  # one owner per checkpoint directory, before anything reads it
+            self._dir_lock = DirectoryLock(checkpoint_dir, source.name)
+            self._dir_lock.acquire()
+        self._source = source
+        self._name = source.name
+        self._parallelism = parallelism
+        self._interval = checkpoint_interval
+        self._store = CheckpointStore(checkpoint_dir) if checkpoint_dir is not None else None
+        self._write = store_writer(self._store, source.name)
+        self._error: BaseException | None = None
+        self._error_lock = threading.Lock()
+        self._closed = False
+        self._checkpoint_id = 0
+        self._last_checkpoint = time.monotonic()
+        self.restored_from: str | None = None
+        self._metrics = SourceMetrics(registry, self._name)
+        self._admin: AdminServer | None = None
+        self._streams = RecordingSubscriber(source.subscriber)
+        self._topics = source.create_topic_tracker(checkpoint_dir)
+        restored = self._store.latest() if self._store is not None else None
+        if restored is not None:
+            self._checkpoint_id = restored.checkpoint_id
+            self.restored_from = str(restored.path)
+            _log.info("source=%s: restoring from checkpoint %s", self._name, restored.path)
+        self._tracker = PositionTracker(restored.positions if restored else None)
+        self._handoff = Handoff(source.options.reader_buffer_max_batches)
+        make_records = RecordMaker(
+            source.deserializer, source.options.deserialization_error_policy, self._metrics
+        )
+        self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
+        self._watermarks = stream_watermarks(source, self._metrics, make_records, self._coordinator, restored)
+        on_delivered = self._watermarks.delivered if self._watermarks.enabled else None
+        gather = source.options.reader_batch_max_records  # poll: about one fetch batch a call
+        self._delivery = Delivery(self._handoff, make_records, self._tracker, on_delivered, gather)
+        racks = dict(reader_racks or {})
+        self._coordinator.racks = racks
+        self._readers = [
+            ReaderRunner(
+                i,
+                self._name,
+                self._coordinator,
+                self._handoff,
+                self._fail,
+                on_reader_failed=self._reader_failed,
+                rack=racks.get(i),
+            )
+            for i in range(parallelism)
+        ]
+        self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
+        self._coordinator.readers = self._readers
+        try:
+            self._topics.start()
+            self._coordinator.start()
+            self._enumerator = enumerator = self._coordinator.call_sync(
+                lambda: source.create_enumerator(
+                    self._coordinator,
+                    restored.enumerator if restored else None,
+                    restored.positions if restored else None,
+                    self._metrics,
+                    self._streams,
+                )
+            )
+            self._coordinator.enumerator = enumerator
+            self._checkpointer = Checkpointer(self._name, self._coordinator, enumerator, self._tracker)
+            self._coordinator.call_sync(enumerator.start)
+            self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
+            on_topic_read = self._topics.record if self._topics.enabled else None
+            for runner in self._readers:
+                runner.start(source.create_reader(runner, self._metrics, on_topic_read))
+            if admin_address is not None:
+                self._admin = AdminServer(
+                    admin_address, {self._name: self}, token=admin_token, source_name=self._name
+                ).start()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------------------------------- failures
+
+    def _fail(self, error: BaseException) -> None:
+        with self._error_lock:
+            if self._error is not None:
+                return
+            self._error = error
+        _log.error("source=%s: failed: %s", self._name, error)
+        self._handoff.closed.set()
+
+    def _reader_failed(self, index: int, error: BaseException) -> None:
+        """A reader failed (any thread): the enumerator moves its splits; its thread is stopped aside."""
+        if self._closed:
+            return
+        if all(r.failed is not None for r in self._readers):
+            failure = SourceFailedError(f"source {self._name}: every reader failed; the last: {error}")
+            failure.__cause__ = error
+            self._fail(failure)
+        self._coordinator.reader_lost(index)
+        runner = self._readers[index]
+        threading.Thread(target=runner.stop, name=f"mcs-reaper-{self._name}-{index}", daemon=True).start()
+
+    def _watch_heartbeats(self) -> None:
+        """Coordinator timer: a reader whose thread has not looped for the heartbeat timeout is failed."""
+        if not self._closed:
+            fail_silent_readers(self._readers, self._heartbeat_s)
+            self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
+
+    def kill_reader(self, index: int) -> None:
+        """Make reader ``index`` fail as if its thread died (for testing failover; chaos tooling)."""
+        self._readers[index].kill()
+
+    def _raise_if_failed(self) -> None:
+        error = self._error
+        if error is None:
+            return
+        if isinstance(error, MultiClusterSourceError):
+            raise error
+        raise SourceFailedError(f"source {self._name} failed: {error}") from error
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[SourceRecord]:
+        """Records that are ready (at most ``max_records``: about a fetch batch), ``[]`` after ``timeout`` s.
+
+        Raises the source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
+        """
+        self._before_poll("poll()")
+        out = self._taking(lambda: self._delivery.records(timeout, max_records, self._stop_waiting))
+        if not out:
+            self._raise_if_failed()
+        return out
+
+    def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
+        """Batches of the client's own messages that are ready (at most ``max_records`` messages in all),
+        ``[]`` after ``timeout`` seconds: no record is built, no deserializer applied (the zero-copy path).
+
+        May be mixed with :meth:`poll`; checkpoints cover every message of every batch returned. Raises the
+        source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
+        """
+        self._before_poll("poll_batches()")
+        out = self._taking(lambda: self._delivery.batches(timeout, max_records, self._stop_waiting))
+        if not out:
+            self._raise_if_failed()
+        return out
+
+    def _before_poll(self, what: str | None) -> bool:
+        """Raise the source's failure; take a periodic checkpoint when one is due. When closed: raise
+        :class:`StreamClosedError` naming ``what`` was called, or return False when ``what`` is None."""
+        self._raise_if_failed()
+        if self._closed and what is not None:
+            raise StreamClosedError(f"source {self._name}: {what} on a closed stream")
+        if self._closed:
+            return False
+        due = self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval
+        if due and not self._checkpointer.busy:  # the stream goes on while it is written and committed
+            self._checkpointer.take_in_background(self._next_checkpoint_id(), self._write)
+        return True
+
+    def _taking(self, take: Callable[[], _T]) -> _T:
+        """``take()``; a deserializer (policy ``fail``) or timestamp assigner that raises fails the stream."""
+        try:
+            return take()
+        except (DeserializationError, SourceFailedError) as exc:
+            self._fail(exc)
+            raise
+
+    def _stop_waiting(self) -> bool:
+        return self._closed or self._error is not None or self.finished
+
+    def __iter__(self) -> Iterator[SourceRecord]:
+        """Every record, blocking; ends when a bounded source finished or the stream was closed meanwhile.
+        A checkpoint in the loop, or a ``poll`` after leaving it, starts right after the last record it got.
+
+        Raises :class:`StreamClosedError` when the stream is already closed as iteration starts.
+        """
+        self._before_poll("iterating")
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[SourceRecord]:
+        delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
+        while self._before_poll(None):
+            records = self._taking(lambda: delivery.iterate(0.5, self._stop_waiting))
+            if records is None:
+                self._raise_if_failed()
+                if self._closed or self.finished:
+                    return
+                continue
+            try:
+                yield from records
+            except DeserializationError as exc:
+                self._fail(exc)
+                raise
+            self._taking(delivery.settle)
+
+    def _next_ready(self) -> SourceRecord | None:  # for `async for` on the asyncio stream
+        self._before_poll("iterating")
+        record = self._taking(lambda: self._delivery.next_ready(self._stop_waiting))
+        if record is None:
+            self._raise_if_failed()
+        return record
+
+    @property
+    def finished(self) -> bool:
+        """Bounded and every split reached its stopping offset, with every record returned."""
+        if not self._source.bounded:
+            return False
+        enumerator = getattr(self, "_enumerator", None)
+        return (
+            enumerator is not None
+            and enumerator.is_finished()
+            and not self._delivery.holding
+            and self._handoff.empty()
+        )
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark in ms of the records returned so far: the minimum over active, non-idle
+        splits, never decreasing; None until every active split has one (and without a watermark
+        strategy)."""
+        self._taking(self._delivery.settle_if_iterating_here)
+        return self._watermarks.watermark
+
+    @property
+    def name(self) -> str:
+        """The source's name."""
+        return self._name
+
+    @property
+    def admin_url(self) -> str | None:
+        """Base URL (``http://host:port``) of the admin HTTP server, when ``open(admin_address=...)``."""
+        return self._admin.url if self._admin is not None else None
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The Prometheus registry this stream's metrics are in."""
+        return self._metrics.registry
+
+    def assignments(self) -> dict[int, list[str]]:
+        """Reader index -> split ids it reads now."""
+        return reader_assignments(self._readers)
+
+    # ------------------------------------------------------------------------------ topics and status
+
+    def tracked_topics(self) -> dict[str, list[str]]:
+        """Cluster id -> topics this source has read records from (topic tracking, KIP-558), since the
+        last reset. Raises :class:`TopicTrackingDisabledError` with ``topic.tracking.enable=false``."""
+        return self._topics.active()
+
+    def reset_tracked_topics(self) -> int:
+        """Tombstone every tracked topic; those still read are recorded again as records arrive.
+
+        Raises :class:`TopicTrackingDisabledError` when tracking or ``topic.tracking.allow.reset`` is
+        disabled. Returns the number of topics reset (their tombstones are written in the background).
+        """
+        return self._topics.reset()
+
+    def _enumerator_status(self) -> dict[str, Any] | None:
+        enumerator = None if self._closed else getattr(self, "_enumerator", None)
+        return enumerator_status(self._coordinator, enumerator)
+
+    def health(self) -> dict[str, Any]:
+        """``{"status": "ready"}`` when metadata is loaded and every reader thread runs, else
+        ``{"status": "not_ready", "reasons": [...]}``."""
+        enum = None if self._closed else self._enumerator_status()
+        return stream_health(self._closed, self._error, enum, self._readers)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready view for the admin server: health, streams, clusters (servers and topics, never
+        properties), splits per reader, lag per partition, last reconciliation, metadata failures, topic
+        tracking. ``enumerator`` holds the enumerator's own view."""
+        state = "closed" if self._closed else "failed" if self._error is not None else None
+        return stream_status(
+            name=self._name,
+            state=state or ("finished" if self.finished else "running"),
+            health=self.health(),
+            parallelism=self._parallelism,
+            enumerator=self._enumerator_status() or {},
+            assignments=self.assignments(),
+            readers=self._readers,
+            streams=self._streams.last,
+            topics=self._topics,
+            registry=self._metrics.registry,
+            checkpoint={"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
+        ) | {"event_time": self._watermarks.status()}
+
+    def secret_values(self) -> set[str]:
+        """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin
+        server can make sure none appears in an answer."""
+        return secret_values(self._source.client_properties, self._streams.last)
+
+    # -------------------------------------------------------------------------------------- checkpoints
+
+    def checkpoint(self) -> int:
+        """Take a checkpoint covering every record already returned; returns its id once it is durable and,
+        with a group id, once offsets were committed (or the commit timed out, which is logged). This thread
+        captures what changed since the last one; the source's checkpoint thread writes and commits it."""
+        self._raise_if_failed()
+        checkpoint_id = self._next_checkpoint_id()
+        self._checkpointer.take(checkpoint_id, self._write).result()
+        return checkpoint_id
+
+    def _next_checkpoint_id(self) -> int:
+        self._taking(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
+        self._checkpoint_id += 1
+        self._last_checkpoint = time.monotonic()
+        return self._checkpoint_id
+
+    # ------------------------------------------------------------------------------------------- closing
+
+    def close(self, *, forget_topics: bool = False) -> None:
+        """Stop the admin server, readers and the enumerator, close every client, release metrics.
+
+        ``forget_topics=True`` closes the source for good: its topic tracking history is erased
+        (tombstones), even when ``topic.tracking.allow.reset`` is false. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._admin is not None:
+            self._admin.close()
+        self._handoff.closed.set()
+        stop_readers(getattr(self, "_readers", []), getattr(self, "_checkpointer", None))
+        enumerator = getattr(self, "_enumerator", None)
+        stop_enumeration(self._name, self._coordinator, enumerator, self._source.metadata_service)
+        if forget_topics:
+            self._topics.forget_on_close()
+        self._topics.close()
+        self._metrics.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()  # last: nothing of this source writes into the directory any more
+
+    def __enter__(self) -> SourceStream:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,24 @@
+"""The push API, ``source.run(handler, parallelism, runtime=...)``: how does a run drive readers that hand
+their batches to a handler in workers (threads, processes, Ray actors), and what does its caller hold?
+
+- ``_push``: ``run_source``, the entry point: options checked, the transport chosen, the driver run; the
+  shape of every runtime is described there.
+- ``_driver``: the driver loop in the calling process: the enumerator on a coordinator thread,
+  checkpoints, failover and shutdown.
+- ``_host``: the worker side: one reader and the handler thread, in a thread, process or actor.
+- ``_control``: what the caller holds of a run: ``RunControl`` steers it from other threads, ``RunResult``
+  tells what it did.
+- ``_run_checkpoints``: the run's checkpoints, taken on the driver's thread and written off it (through
+  :mod:`multicluster_source.runtime.core`'s checkpointer).
+- ``_push_watermarks``: event time on the push API: what a worker reports of a handled batch, and the
+  driver's watermark.
+- ``transports/``: how workers are started and messages carried, one module per ``runtime=``.
+
+The messages the driver and its workers exchange, and the transport protocol, are in
+:mod:`multicluster_source.runtime.core` (``_messages``): the pull stream's reader runners take the same
+values.
+
+May import: :mod:`multicluster_source.runtime.core`, :mod:`multicluster_source.runtime.eventtime`, and
+what the runtime may import (see :mod:`multicluster_source.runtime`); never
+:mod:`multicluster_source.runtime.pull`.
+"""

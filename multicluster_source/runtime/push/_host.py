@@ -1,0 +1,387 @@
+"""The worker side of the push API: one reader and the handler thread, in a thread, process or actor."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from multicluster_source.exceptions import DeserializationError
+from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
+from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
+from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.framework._watermarks import EventTimes, widen_event_times
+from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime.core._factory import SourceFactory
+from multicluster_source.runtime.core._handoff import Handoff
+from multicluster_source.runtime.core._messages import (
+    HEARTBEAT_S,
+    AssignSplits,
+    Delivered,
+    EventToEnumerator,
+    EventToReader,
+    Handler,
+    Heartbeat,
+    NoMoreSplits,
+    OnTopicRead,
+    StartReader,
+    StopWorker,
+    TopicRead,
+    WatermarkAdvanced,
+    WorkerFailure,
+    WorkerReady,
+    WorkerStopped,
+    describe_error,
+    error_blob,
+)
+from multicluster_source.runtime.push._push_watermarks import WorkerEventTimes
+
+_log = logging.getLogger("multicluster_source.push")
+
+ReaderFactory = Callable[["WorkerHost", "OnTopicRead | None"], SourceReader]
+
+
+_RECORDS = RecordMaker(None)
+_DELIVERED_EVERY_S = 0.01
+"""How often a worker reports the positions of handled batches (``Delivered``), at most; a report per batch
+cost about 5% of a worker process's time (pickling and a pipe write per batch of 2,000)."""
+
+
+def record_maker(source: SourceFactory, metrics: Any, batches: bool) -> RecordMaker | None:
+    """What a worker's handler thread turns batches into: records (``batches=False``, with the source's
+    deserializer), or None for the batch handler."""
+    if batches:
+        return None
+    return RecordMaker(source.deserializer, source.options.deserialization_error_policy, metrics)
+
+
+"""``make_reader(context, on_topic_read)``: builds the worker's reader (``source.create_reader``)."""
+
+
+class WorkerHost:
+    """Runs one reader and the handler inside a worker, and is the reader's ``ReaderContext``.
+
+    ``run()`` is the worker's main loop (the reader thread): it reads driver messages from ``deliver``,
+    polls the reader and sends heartbeats. Fetch threads ``emit`` batches into a bounded :class:`Handoff`;
+    the handler thread calls the handler and reports positions. ``send`` carries messages to the driver in
+    order (it is called from several threads and must be thread-safe).
+    """
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        source_name: str,
+        handler: Handler,
+        make_reader: ReaderFactory,
+        send: Callable[[object], None],
+        buffer_max_batches: int,
+        rack: str | None = None,
+        track_topics: bool = True,
+        stop_timeout: float = 60.0,
+        host_name: str | None = None,
+        make_records: RecordMaker | None = _RECORDS,
+        event_times: WorkerEventTimes | None = None,
+    ) -> None:
+        """``make_records`` turns a batch's messages into the handler's records; None: the handler gets
+        each :class:`MessageBatch` itself (``run(..., batches=True)``). ``event_times`` (with a watermark
+        strategy) finds what a handled batch reports of event time and counts its late records."""
+        self._index = index
+        self._host_name = host_name or socket.gethostname()
+        self._source = source_name
+        self._handler = handler
+        self._make_records = make_records
+        self._make_reader = make_reader
+        self._send_raw = send
+        self._rack = rack
+        self._track_topics = track_topics
+        self._stop_timeout = stop_timeout
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._handoff = Handoff(buffer_max_batches)
+        self._lock = threading.Lock()
+        self._emitted = 0
+        self._handled = 0
+        self._deferred: list[tuple[int, SourceEvent]] = []
+        self._stopping = threading.Event()
+        self._failed = False
+        self._records = 0
+        # handled batches not yet reported (Delivered is sent at most every _DELIVERED_EVERY_S, and before
+        # finished splits are released, when nothing is left to handle, and at the end)
+        self._unsent_positions: dict[str, int] = {}
+        self._unsent_records = 0
+        self._unsent_times: dict[str, tuple[int, int]] | None = None
+        self._last_delivered = 0.0
+        self._topics_seen: set[tuple[str, str]] = set()
+        self._reader: SourceReader | None = None
+        self._event_times = event_times
+        self._watermark: int | None = None  # the run's, from the driver; the handler thread reads it
+
+    # ------------------------------------------------------------------------------ transport side
+
+    def deliver(self, message: object) -> None:
+        """A message from the driver (any thread)."""
+        self._inbox.put(message)
+
+    def abort(self) -> None:
+        """Stop as soon as possible (the driver gave this worker up)."""
+        self._stopping.set()
+        self._inbox.put(StopWorker())
+
+    def _send(self, message: object) -> None:
+        try:
+            self._send_raw(message)
+        except Exception as exc:  # the driver is gone: nothing to report to
+            if not self._stopping.is_set():
+                _log.warning("reader %d: cannot reach the driver (%s); stopping", self._index, exc)
+            self._stopping.set()
+
+    # ------------------------------------------------------------------------------------ main loop
+
+    def run(self) -> None:
+        """The worker's main loop; returns after ``StopWorker`` (or a failure), with every client closed."""
+        handler_thread = threading.Thread(
+            target=self._handle_loop, name=f"mcs-handler-{self._source}-{self._index}", daemon=True
+        )
+        reader: SourceReader | None = None
+        early: list[object] = []
+        last_beat = 0.0
+        last_finished: bool | None = None
+        self._send(WorkerReady(os.getpid(), self._host_name, self._rack))
+        handler_thread.start()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    message: object = self._inbox.get(timeout=0.05)
+                except queue.Empty:
+                    message = None
+                if isinstance(message, StopWorker):
+                    break
+                if isinstance(message, WatermarkAdvanced):
+                    self._watermark = message.ms
+                    continue
+                if isinstance(message, StartReader):
+                    if reader is None:
+                        on_topic_read = self._topic_read if self._track_topics else None
+                        reader = self._reader = self._make_reader(self, on_topic_read)
+                        reader.start()
+                        for m in early:
+                            self._dispatch(reader, m)
+                        early = []
+                elif message is not None:
+                    if reader is None:
+                        early.append(message)
+                    else:
+                        self._dispatch(reader, message)
+                finished = False
+                if reader is not None:
+                    reader.poll_events()
+                    with self._lock:
+                        self._release_deferred_locked()
+                    finished = reader.is_finished() and self._idle()
+                now = time.monotonic()
+                if finished != last_finished or now - last_beat >= HEARTBEAT_S:
+                    last_beat, last_finished = now, finished
+                    self._send(Heartbeat(finished, tuple(self.split_ids())))
+        except BaseException as exc:
+            if not self._stopping.is_set():
+                _log.error("reader %d failed: %s", self._index, exc)
+                self.reader_failed(exc)
+        finally:
+            self._stopping.set()
+            self._handoff.closed.set()
+            if reader is not None:
+                try:
+                    reader.close()
+                except Exception:
+                    _log.exception("reader %d: close failed", self._index)
+            handler_thread.join(self._stop_timeout)
+            if handler_thread.is_alive():
+                _log.error(
+                    "reader %d: the handler did not return within %.0f s", self._index, self._stop_timeout
+                )
+            with self._lock:
+                self._flush_delivered_locked()  # what was handled before the stop counts
+            self._send(WorkerStopped(self._records))
+
+    def _dispatch(self, reader: SourceReader, message: object) -> None:
+        if isinstance(message, AssignSplits):
+            reader.add_splits(list(message.splits))
+        elif isinstance(message, EventToReader):
+            reader.handle_source_event(message.event)
+        elif isinstance(message, NoMoreSplits):
+            reader.notify_no_more_splits()
+        else:
+            _log.warning("reader %d: unknown message %r", self._index, message)
+
+    def split_ids(self) -> list[str]:
+        """The splits the reader reads now (when it tells)."""
+        split_ids = getattr(self._reader, "split_ids", None)
+        return list(split_ids()) if callable(split_ids) else []
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return self._handled >= self._emitted and not self._deferred and not self._unsent_positions
+
+    def _unsent_locked(self, positions: Mapping[str, int], records: int, times: EventTimes | None) -> None:
+        """Add a handled batch to what the next Delivered reports; send it when it is due."""
+        self._unsent_positions.update(positions)
+        self._unsent_records += records
+        if times:
+            merged = self._unsent_times
+            if merged is None:
+                merged = self._unsent_times = {}
+            for sid, (low, high) in times.items():
+                widen_event_times(merged, sid, low, high)
+        if time.monotonic() - self._last_delivered >= _DELIVERED_EVERY_S:
+            self._flush_delivered_locked()
+
+    def _flush_delivered_locked(self) -> None:
+        if self._unsent_positions or self._unsent_records:
+            self._send(Delivered(self._unsent_positions, self._unsent_records, self._unsent_times))
+            self._unsent_positions, self._unsent_records, self._unsent_times = {}, 0, None
+        self._last_delivered = time.monotonic()
+
+    def _release_deferred_locked(self) -> bool:
+        """Send the finished splits whose records were handled; whether any was."""
+        if not self._deferred:
+            return False
+        ready = [event for seq, event in self._deferred if seq <= self._handled]
+        if ready:
+            self._flush_delivered_locked()  # the driver gets a split's positions before it hears it finished
+            self._deferred = [(seq, event) for seq, event in self._deferred if seq > self._handled]
+            for event in ready:
+                self._send(EventToEnumerator(event))
+        return bool(ready)
+
+    # --------------------------------------------------------------------------------- handler thread
+
+    def _handle_loop(self) -> None:
+        handler = self._handler
+        make_records = self._make_records
+        on_watermark = getattr(handler, "on_watermark", None)
+        told: int | None = None
+        try:
+            open_hook = getattr(handler, "open", None)
+            if callable(open_hook):
+                open_hook(self._index)
+            while not self._stopping.is_set():
+                if callable(on_watermark) and self._watermark != told:
+                    told = self._watermark
+                    on_watermark(told)
+                batch = self._handoff.get(0.0 if self._unsent_positions else 0.05)
+                if batch is None and self._unsent_positions:  # nothing ready: report what was, then wait
+                    with self._lock:
+                        self._flush_delivered_locked()
+                if batch is None or self._stopping.is_set():
+                    continue  # a batch taken while stopping is not handled: its records come again
+                watermark = self._watermark  # the run's as this batch is handed over (late records)
+                n = 0
+                records: list[SourceRecord] | None = None
+                if batch.messages:
+                    if make_records is None:  # run(..., batches=True): the client's messages as they are
+                        messages = batch.messages
+                        handler(MessageBatch(batch.cluster_id, list(messages)))
+                        n = len(messages)
+                    else:
+                        records = make_records(batch.cluster_id, batch.messages)
+                        if records:
+                            handler(records)
+                        n = len(records)
+                times = None
+                if self._event_times is not None and batch.messages:
+                    times = self._event_times(batch, records, watermark)
+                with self._lock:
+                    self._records += n
+                    self._unsent_locked(batch.positions, n, times)
+                    self._handled += 1
+                    released = self._release_deferred_locked()
+                if released:  # splits finished: the main loop looks at once whether all is read
+                    self._inbox.put(None)
+        except DeserializationError as exc:  # policy "fail": bad data fails the run, whichever reader
+            self._failure("source", exc)
+        except BaseException as exc:
+            self._failure("handler", exc)
+        finally:
+            close_hook = getattr(handler, "close", None)
+            if callable(close_hook):
+                try:
+                    close_hook()
+                except Exception:
+                    _log.exception("reader %d: the handler's close() failed", self._index)
+
+    def _failure(self, kind: str, error: BaseException) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        summary = f"{type(error).__name__}: {error}"
+        self._send(WorkerFailure(kind, summary, describe_error(error), error_blob(error)))
+        self._stopping.set()
+        self._inbox.put(StopWorker())
+
+    def _topic_read(self, cluster: str, topic: str, reader: int) -> None:
+        key = (cluster, topic)
+        if key in self._topics_seen:
+            return
+        with self._lock:
+            if key in self._topics_seen:
+                return
+            self._topics_seen.add(key)
+        self._send(TopicRead(cluster, topic))
+
+    # ---------------------------------------------------------------------------------- ReaderContext
+
+    @property
+    def index(self) -> int:
+        """This reader's index."""
+        return self._index
+
+    @property
+    def rack(self) -> str | None:
+        """This reader's rack."""
+        return self._rack
+
+    def send_event_to_enumerator(self, event: SourceEvent) -> None:
+        """Send an event; a finished split is reported only once the handler returned from its records."""
+        if isinstance(event, SplitsFinishedEvent):
+            with self._lock:
+                self._deferred.append((self._emitted, event))
+                released = self._release_deferred_locked()
+            if released:  # its records were handled already: the main loop looks whether all is read
+                self._inbox.put(None)
+        else:
+            self._send(EventToEnumerator(event))
+
+    def emit(self, batch: RecordBatch, should_stop: Callable[[], bool]) -> bool:
+        """Buffer a batch for the handler (blocking while the buffer is full)."""
+        if self._failed or self._stopping.is_set():
+            return False
+        ok = self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
+        if ok:
+            with self._lock:
+                self._emitted += 1
+        return ok
+
+    def offer_inline(self, step: InlineStep, release: Callable[[], None]) -> Callable[[], None]:
+        """Lend a fetcher's step to the handler thread (see ``ReaderContext.offer_inline``)."""
+        return self._handoff.lend(lambda: step(self._emit_now), release)
+
+    def _emit_now(self, batch: RecordBatch) -> bool:
+        if self._failed or self._stopping.is_set():
+            return False
+        self._handoff.put_now(batch)
+        with self._lock:
+            self._emitted += 1
+        return True
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the whole run (bad data: the same for every reader)."""
+        self._failure("source", error)
+
+    def reader_failed(self, error: BaseException) -> None:
+        """This reader cannot go on: its splits fail over to other readers."""
+        self._failure("reader", error)

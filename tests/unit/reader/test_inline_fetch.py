@@ -1,0 +1,168 @@
+"""Inline fetching: a taker that finds the hand-off empty runs the fetcher's step on its own thread.
+
+The fetcher here reads one partition of a fake consumer that hands out real ``confluent_kafka.Message``
+objects in order and notes which thread took each batch; the hand-off is the real one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Message, TopicPartition
+
+from harness.fake_consumer import FakeConsumer, FakeReaderContext
+from multicluster_source.framework._interfaces import RecordBatch
+from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.reader._fetcher import ClusterFetcher
+from multicluster_source.reader._settings import FetchSettings
+from multicluster_source.runtime.core._handoff import Handoff
+
+
+class _Metrics:
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+class _Feed(FakeConsumer):
+    """Partition ``t/0`` holding ``n`` messages; ``consume``/``poll`` hand them out in order."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__({"t": 1})
+        self.waiting = deque(
+            Message(topic="t", partition=0, offset=i, key=None, value=b"%d" % i, timestamp=(1, i))
+            for i in range(n)
+        )
+        self.next_offset = -1001
+        self.takers: list[str] = []  # the thread that took each non-empty batch
+        self.fail_on: str | None = None  # consume raises on this thread
+        self.fetch_thread_cost = 0.0  # seconds a batch takes on the fetch thread (a busy machine)
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        if threading.current_thread().name == self.fail_on:
+            raise RuntimeError("broken consume")
+        with self.lock:
+            if self.count("close"):
+                raise AssertionError("consume on a closed consumer")
+            out = [self.waiting.popleft() for _ in range(min(n, len(self.waiting)))]
+            if out:
+                self.next_offset = (out[-1].offset() or 0) + 1
+                self.takers.append(threading.current_thread().name)
+        if not out:
+            time.sleep(timeout)
+        elif threading.current_thread().name.startswith("mcs-fetch-"):
+            time.sleep(self.fetch_thread_cost)
+        return out
+
+    def count(self, call: str) -> int:
+        return sum(1 for c, _ in self.calls if c == call)
+
+    def poll(self, timeout: float) -> Any:
+        got = self.consume(1, 0)
+        if got:
+            return got[0]
+        time.sleep(min(timeout, 0.01))
+        return None
+
+    def position(self, tps: list[Any]) -> list[Any]:
+        return [TopicPartition(tp.topic, tp.partition, self.next_offset) for tp in tps]
+
+
+def _fetcher(feed: _Feed, handoff: Handoff) -> tuple[ClusterFetcher, FakeReaderContext]:
+    context = FakeReaderContext(handoff)
+    settings = FetchSettings("src", 0, 100, _Metrics(), poll_timeout_s=0.05)
+    fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None, consumer=feed)
+    fetcher.start()
+    fetcher.add_splits([KafkaPartitionSplit("east", "t", 0, 0)])
+    return fetcher, context
+
+
+def _take_all(handoff: Handoff, n: int, pause: Callable[[int], float] = lambda i: 0.0) -> list[int]:
+    offsets: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(offsets) < n and time.monotonic() < deadline:
+        batch = handoff.get(0.2)
+        if batch is not None:
+            offsets += [m.offset() for m in batch.messages]
+            time.sleep(pause(len(offsets)))
+    return offsets
+
+
+def test_a_taker_that_keeps_coming_fetches_on_its_own_thread_in_order() -> None:
+    feed, handoff = _Feed(20_000), Handoff(4)
+    fetcher, context = _fetcher(feed, handoff)
+    try:
+        offsets = _take_all(handoff, 20_000)
+    finally:
+        fetcher.stop()
+    assert offsets == list(range(20_000))
+    mine = feed.takers.count(threading.current_thread().name)
+    assert mine > len(feed.takers) // 2, f"only {mine} of {len(feed.takers)} batches were fetched inline"
+    assert context.errors == []
+
+
+def test_a_slow_taker_gets_batches_fetched_ahead_then_fetches_itself_without_losing_order() -> None:
+    feed, handoff = _Feed(5_000), Handoff(4)
+    feed.fetch_thread_cost = 0.005
+    fetcher, _context = _fetcher(feed, handoff)
+    try:  # slow for the first 1,000 records (the fetch thread fills the buffer meanwhile), then faster
+        offsets = _take_all(handoff, 5_000, lambda taken: 0.1 if taken < 1_000 else 0.0)
+    finally:
+        fetcher.stop()
+    assert offsets == list(range(5_000))
+    fetch_thread = [t for t in feed.takers if t.startswith("mcs-fetch-")]
+    assert fetch_thread and len(fetch_thread) < len(feed.takers), "both threads should have fetched"
+
+
+def test_a_failing_inline_fetch_fails_the_reader_not_the_taker() -> None:
+    feed, handoff = _Feed(1_000), Handoff(4)
+    feed.fail_on = threading.current_thread().name
+    fetcher, context = _fetcher(feed, handoff)
+    try:
+        deadline = time.monotonic() + 10
+        while not context.errors and time.monotonic() < deadline:
+            handoff.get(0.05)  # never raises: the error goes to the fetch thread
+    finally:
+        fetcher.stop()
+    assert len(context.errors) == 1 and "broken consume" in str(context.errors[0])
+
+
+def test_no_step_runs_on_a_stopped_fetchers_consumer() -> None:
+    feed, handoff = _Feed(1_000), Handoff(4)
+    fetcher, _context = _fetcher(feed, handoff)
+    assert handoff.get(5.0) is not None
+    fetcher.stop()
+    for _ in range(3):
+        handoff.get(0.0)  # the step was withdrawn: the closed consumer is not asked (it would raise)
+    assert feed.count("close") == 1
+
+
+def test_lent_steps_run_until_one_fetched_a_batch_and_take_turns() -> None:
+    handoff = Handoff(4)
+    ran: list[str] = []
+    released: list[str] = []
+    has_records = {"east": True, "west": True, "north": False}
+
+    def lend(cluster: str) -> None:
+        def step() -> bool:  # True: ran and found nothing
+            ran.append(cluster)
+            if not has_records[cluster]:
+                return True
+            handoff.put_now(RecordBatch(cluster, [], {}))
+            return False
+
+        handoff.lend(step, lambda: released.append(cluster))
+
+    for cluster in ("east", "west", "north"):
+        lend(cluster)
+    got = [handoff.get(0.0) for _ in range(4)]
+    # one batch a call (the other fetchers' batches do not wait in the buffer), each round starting after
+    # the step that fetched last; north, with nothing, is passed over on the way
+    assert [b.cluster_id if b else None for b in got] == ["east", "west", "east", "west"]
+    assert ran == ["east", "west", "north", "east", "west"] and handoff.empty()
+    has_records.update(east=False, west=False)
+    assert handoff.get(0.0) is None
+    assert sorted(released) == ["east", "north", "west"]  # nothing anywhere: every step released
