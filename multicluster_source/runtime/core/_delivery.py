@@ -53,8 +53,8 @@ OnDelivered = Callable[
     [str, Sequence[Any], "Mapping[str, tuple[int, int]] | None", "list[SourceRecord] | None"], None
 ]
 """``(cluster_id, messages, event_times or None, records or None)`` after each chunk returned (event time:
-:class:`~multicluster_source.runtime._watermarks.WatermarkTracker`); a part of a batch has its event times
-cut from the batch's (:func:`~multicluster_source.framework._watermarks.part_event_times`)."""
+:class:`~multicluster_source.runtime.eventtime._watermarks.WatermarkTracker`); a part of a batch has its
+event times cut from the batch's (:func:`~multicluster_source.framework._watermarks.part_event_times`)."""
 
 
 def part_positions(cluster_id: str, messages: Sequence[Any]) -> dict[str, int]:

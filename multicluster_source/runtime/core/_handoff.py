@@ -26,7 +26,7 @@ class PositionTracker:
 
     Replica handovers (:mod:`multicluster_source.enumerator._handover`) *fence* an origin split: its position
     is taken and, from that moment, no record of it counts as delivered: :meth:`advance` refuses it, and the
-    taker (:class:`~multicluster_source.runtime._delivery.Delivery`) drops the records it refused, so a
+    taker (:class:`~multicluster_source.runtime.core._delivery.Delivery`) drops the records it refused, so a
     record fetched from the origin before the handover is never handed out after it. The taker also notes the
     last timestamp of *watched* splits (the ones a replica copies), for the ``timestamp`` translation.
 

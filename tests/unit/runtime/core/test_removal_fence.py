@@ -13,8 +13,8 @@ from confluent_kafka import Message
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime._delivery import Delivery, part_positions
-from multicluster_source.runtime._handoff import Handoff, PositionTracker
+from multicluster_source.runtime.core._delivery import Delivery, part_positions
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
 
 B = "east/b/0"
 
