@@ -111,6 +111,18 @@ def _committed(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def _coordinator_ready(cluster: Cluster, topic: str) -> bool:
+    """Whether the cluster's group coordinator stores a commit now (a fresh cluster's loads first)."""
+    consumer = Consumer(cluster.client_config(**{"group.id": "warm-up", "socket.timeout.ms": 5000}))
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        return True
+    except Exception:
+        return False
+    finally:
+        consumer.close()
+
+
 def _start_job(tmp_path: Path, group: str, *parts: tuple[Cluster, str]) -> subprocess.Popen[bytes]:
     specs = [f"{c.cluster_id}={c.bootstrap_servers}/{t}" for c, t in parts]
     with open(tmp_path / "job.log", "ab") as log:
@@ -184,6 +196,7 @@ def test_checkpoint_does_not_wait_for_a_cluster_that_is_down(
     td = down.create_topic("ckpt-down", partitions=1)
     kafka_cluster.produce(ts, [f"s-{i}".encode() for i in range(10)])
     down.produce(td, [f"d-{i}".encode() for i in range(10)])
+    assert wait_for(lambda: _coordinator_ready(down, td), 60)
     group = f"ckpt-wait-{uuid.uuid4().hex[:8]}"
     md = [stream("s", cluster_md(kafka_cluster, ts), cluster_md(down, td))]
     source = (
@@ -201,7 +214,7 @@ def test_checkpoint_does_not_wait_for_a_cluster_that_is_down(
                 and _committed(down, group, td) == {0: 10}
                 and _committed(kafka_cluster, group, ts) == {0: 10}
             ),
-            30,
+            90,
         )
         down.stop_node(0, graceful=False)
         kafka_cluster.produce(ts, [f"s-more-{i}".encode() for i in range(5)])
