@@ -87,6 +87,62 @@ def test_a_topic_removed_and_re_added_returns_no_record_twice(
     assert sorted(r.offset for r in got if r.topic == a) == list(range(200))
 
 
+def test_run_a_topic_removed_and_re_added_hands_no_record_twice(
+    kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Finding 1 on the push API: the worker takes its batches through the same delivery as ``poll``, the
+    removal's fence reaches it, and batches of ``b`` fetched before the removal that still wait for a slow
+    handler are never handed to it, neither while ``b`` is removed nor after it came back."""
+    a = kafka_cluster.create_topic("run-readd-a", partitions=1)
+    b = kafka_cluster.create_topic("run-readd-b", partitions=1)
+    kafka_cluster.produce(a, [f"a-{i}".encode() for i in range(200)])
+    kafka_cluster.produce(b, [f"b-{i}".encode() for i in range(200)])
+    path = tmp_path / "streams.yaml"
+    both = [stream("s", cluster_md(kafka_cluster, a, b))]
+    write_metadata_file(path, both)
+    source = (
+        builder(FileMetadataService(path), stream_ids=["s"])
+        .set_property("reader.batch.max.records", "10")
+        .build()
+    )
+    handled: list[SourceRecord] = []
+    lock = threading.Lock()
+    slow = threading.Event()
+    slow.set()
+    stop = threading.Event()
+
+    def handler(records: list[SourceRecord]) -> None:
+        if slow.is_set():
+            time.sleep(0.2)  # the hand-off fills while the handler is busy
+        with lock:
+            handled.extend(records)
+
+    def count(topic: str) -> int:
+        with lock:
+            return sum(r.topic == topic for r in handled)
+
+    runner = threading.Thread(target=lambda: source.run(handler, 1, stop_event=stop), name="test-run")
+    runner.start()
+    try:
+        assert wait_for(lambda: count(b) >= 1, 60)
+        write_metadata_file(path, [stream("s", cluster_md(kafka_cluster, a))])
+        time.sleep(1.0)  # removed: what the worker still holds of b must not reach the handler
+        at_removal = count(b)
+        time.sleep(2.0)
+        assert count(b) <= at_removal + 10, "more than the batch the handler was in came after the removal"
+        write_metadata_file(path, both)
+        slow.clear()
+        assert wait_for(lambda: count(b) >= 200 and count(a) >= 200, 60)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        runner.join(60)
+    with lock:
+        offsets_b = [r.offset for r in handled if r.topic == b]
+    assert _twice(handled, b) == [], f"{len(_twice(handled, b))} records of b handled twice"
+    assert sorted(offsets_b) == list(range(200))
+
+
 JOB = Path(__file__).parent / "jobs" / "two_cluster_job.py"
 ROOT = Path(__file__).resolve().parents[2]
 

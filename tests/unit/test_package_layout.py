@@ -28,6 +28,14 @@ LAYERS: list[set[str]] = [
 # Within a layer, these pairs must not import each other (siblings by role).
 SIBLINGS = {("enumerator", "reader"), ("reader", "enumerator")}
 MAX_LINES = 410  # STYLE.md: "extract helpers before ~400"
+LONGER: dict[str, tuple[int, str]] = {
+    # a cohesive class may be longer, by a named exemption, rather than be split across modules (issue 37)
+    "runtime/push/_host.py": (
+        470,
+        "WorkerHost is one ReaderContext: its main loop, handler thread and context methods share one "
+        "lock and counters; split, they would read each other's privates",
+    ),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -153,7 +161,15 @@ def test_runtimes_never_import_the_source_or_builder():
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_is_over_about_400_lines(path):
     lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines"
+    name = str(path.relative_to(PACKAGE))
+    limit = LONGER[name][0] if name in LONGER else MAX_LINES
+    assert lines <= limit, f"{name} has {lines} lines"
+
+
+def test_every_longer_module_is_named_with_its_reason_and_still_needs_it():
+    for name, (limit, reason) in LONGER.items():
+        lines = len((PACKAGE / name).read_text().splitlines())
+        assert reason and MAX_LINES < lines <= limit, (name, lines)
 
 
 def test_every_subpackage_says_what_lives_there_and_what_it_may_import():

@@ -1,9 +1,9 @@
 """What every runtime shares: how is the enumerator run, how do fetched batches reach whoever takes them with
 their positions, how are checkpoints taken and a run stopped, and what does a runtime need of a source?
 
-- ``_local``: :class:`Coordinator` (the enumerator's mailbox thread, its timers and blocking calls;
-  ``LinkedCoordinator`` for the push driver) and :class:`ReaderRunner` (one reader on a thread of its own,
-  for the pull stream).
+- ``_local``: :class:`Coordinator` (the enumerator's mailbox thread, its timers and blocking calls; the push
+  driver's is a subclass, :mod:`multicluster_source.runtime.push`'s ``_coordinator``) and
+  :class:`ReaderRunner` (one reader on a thread of its own, for the pull stream).
 - ``_handoff``: the bounded hand-off between fetch threads and their consumer, and the delivered positions
   (:class:`PositionTracker`) that checkpoints are taken from.
 - ``_delivery``: taking records or batches out of the hand-off with exactly the positions of what was taken.

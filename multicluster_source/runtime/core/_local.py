@@ -30,7 +30,6 @@ from multicluster_source.framework._interfaces import (
 )
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime.core._handoff import Handoff, PositionFencing, PositionTracker
-from multicluster_source.runtime.core._messages import AssignSplits, EventToReader, NoMoreSplits
 from multicluster_source.runtime.eventtime._watermarks import WatermarkTracker
 
 T = TypeVar("T")
@@ -246,30 +245,6 @@ class Coordinator(PositionFencing):
                 self.enumerator.handle_reader_event(reader, event)
 
         self._mailbox.put(run)
-
-
-class LinkedCoordinator(Coordinator):
-    """The push driver's coordinator: its readers are behind links, so assignments and events become
-    messages to the workers."""
-
-    def __init__(self, *args: Any, send: Callable[[int, object], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._send_to = send
-
-    def assign_splits(self, assignment: Mapping[int, Sequence[KafkaPartitionSplit]]) -> None:
-        """Send splits to readers."""
-        self._observe(assignment, None)
-        for reader, splits in assignment.items():
-            self._send_to(reader, AssignSplits(tuple(splits)))
-
-    def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
-        """Send an event to one reader."""
-        self._observe(None, event)
-        self._send_to(reader, EventToReader(event))
-
-    def signal_no_more_splits(self, reader: int) -> None:
-        """Tell a reader no more splits come."""
-        self._send_to(reader, NoMoreSplits())
 
 
 class ReaderRunner:

@@ -69,6 +69,16 @@ class WatermarkAdvanced:
 
 
 @dataclass(frozen=True)
+class FenceSplits:
+    """Hand out no record of these splits from now on, also none fetched already (their positions went to a
+    replica handover, or they left the metadata); a split assigned to the worker again is handed out anew,
+    without what it handed out before
+    (:class:`~multicluster_source.runtime.core._handoff.PositionTracker`)."""
+
+    split_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class StopWorker:
     """Finish the batch the handler is in, report, close the reader, end."""
 

@@ -5,7 +5,11 @@ their batches to a handler in workers (threads, processes, Ray actors), and what
   shape of every runtime is described there.
 - ``_driver``: the driver loop in the calling process: the enumerator on a coordinator thread,
   checkpoints, failover and shutdown.
-- ``_host``: the worker side: one reader and the handler thread, in a thread, process or actor.
+- ``_coordinator``: the driver's coordinator (``LinkedCoordinator``): assignments, events and fences
+  become messages to the workers.
+- ``_host``: the worker side: one reader and the handler thread, in a thread, process or actor; the handler
+  thread takes batches through the same delivery as the pull stream
+  (:mod:`multicluster_source.runtime.core`'s ``_delivery``).
 - ``_control``: what the caller holds of a run: ``RunControl`` steers it from other threads, ``RunResult``
   tells what it did.
 - ``_run_checkpoints``: the run's checkpoints, taken on the driver's thread and written off it (through

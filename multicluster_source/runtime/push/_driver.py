@@ -15,7 +15,6 @@ from multicluster_source.ops._metrics_relay import apply_metrics
 from multicluster_source.runtime.core._enumeration import stop_enumeration
 from multicluster_source.runtime.core._factory import SourceFactory
 from multicluster_source.runtime.core._handoff import PositionTracker
-from multicluster_source.runtime.core._local import LinkedCoordinator
 from multicluster_source.runtime.core._messages import (
     Delivered,
     EventToEnumerator,
@@ -33,6 +32,7 @@ from multicluster_source.runtime.core._messages import (
     WorkerStopped,
 )
 from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.runtime.push._coordinator import LinkedCoordinator
 from multicluster_source.runtime.push._push_watermarks import RunWatermarks, run_watermarks
 from multicluster_source.runtime.push._run_checkpoints import RunCheckpoints
 

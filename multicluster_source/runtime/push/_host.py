@@ -8,23 +8,25 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
-from multicluster_source.framework._records import MessageBatch, SourceRecord
+from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._watermarks import EventTimes, widen_event_times
 from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime.core._delivery import Delivery
 from multicluster_source.runtime.core._factory import SourceFactory
-from multicluster_source.runtime.core._handoff import Handoff
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
 from multicluster_source.runtime.core._messages import (
     HEARTBEAT_S,
     AssignSplits,
     Delivered,
     EventToEnumerator,
     EventToReader,
+    FenceSplits,
     Handler,
     Heartbeat,
     NoMoreSplits,
@@ -47,6 +49,26 @@ ReaderFactory = Callable[["WorkerHost", "OnTopicRead | None"], SourceReader]
 
 
 _RECORDS = RecordMaker(None)
+_ALL = 1 << 30
+"""No limit on the records of one take: the handler gets one fetch batch at a time (``gather=1``)."""
+
+
+class _CountingHandoff(Handoff):
+    """A :class:`Handoff` that counts the batches taken (by the handler thread): a finished split is
+    reported once every batch emitted before it was taken and its records handled."""
+
+    def __init__(self, max_batches: int) -> None:
+        super().__init__(max_batches)
+        self.taken = 0
+
+    def get(self, timeout: float, fetch: bool = True) -> RecordBatch | None:
+        """See :meth:`Handoff.get`."""
+        batch = super().get(timeout, fetch)
+        if batch is not None:
+            self.taken += 1
+        return batch
+
+
 _DELIVERED_EVERY_S = 0.01
 """How often a worker reports the positions of handled batches (``Delivered``), at most; a report per batch
 cost about 5% of a worker process's time (pickling and a pipe write per batch of 2,000)."""
@@ -102,7 +124,10 @@ class WorkerHost:
         self._track_topics = track_topics
         self._stop_timeout = stop_timeout
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._handoff = Handoff(buffer_max_batches)
+        self._handoff = _CountingHandoff(buffer_max_batches)
+        self._tracker = PositionTracker()
+        """What this worker's handler was handed, per split (fenced by the driver's ``FenceSplits``)."""
+        self._chunk_times: dict[str, tuple[int, int]] | None = None  # event times of what it is handed now
         self._lock = threading.Lock()
         self._emitted = 0
         self._handled = 0
@@ -120,6 +145,7 @@ class WorkerHost:
         self._reader: SourceReader | None = None
         self._event_times = event_times
         self._watermark: int | None = None  # the run's, from the driver; the handler thread reads it
+        self._watermark_now: int | None = None  # the handler thread's copy as it takes a chunk
 
     # ------------------------------------------------------------------------------ transport side
 
@@ -163,6 +189,9 @@ class WorkerHost:
                     break
                 if isinstance(message, WatermarkAdvanced):
                     self._watermark = message.ms
+                    continue
+                if isinstance(message, FenceSplits):  # at once, whether the reader runs yet or not
+                    self._tracker.fence(message.split_ids)
                     continue
                 if isinstance(message, StartReader):
                     if reader is None:
@@ -210,6 +239,9 @@ class WorkerHost:
 
     def _dispatch(self, reader: SourceReader, message: object) -> None:
         if isinstance(message, AssignSplits):
+            # a split fenced before and assigned here again: handed out anew, without what this worker's
+            # handler had of it already (a batch fetched before the fence may still wait in the hand-off)
+            self._tracker.unfence([split.split_id for split in message.splits])
             reader.add_splits(list(message.splits))
         elif isinstance(message, EventToReader):
             reader.handle_source_event(message.event)
@@ -261,10 +293,21 @@ class WorkerHost:
     # --------------------------------------------------------------------------------- handler thread
 
     def _handle_loop(self) -> None:
+        """The handler thread: takes what fetchers handed on through the same :class:`Delivery` as a pull
+        stream (fenced splits dropped, records made as the caller would get them), one fetch batch at a time,
+        and reports the positions the handler returned from."""
         handler = self._handler
-        make_records = self._make_records
+        batches = self._make_records is None
+        delivery = Delivery(
+            self._handoff,
+            self._make_records or _RECORDS,
+            self._tracker,
+            on_delivered=self._note_event_times if self._event_times is not None else None,
+            gather=1,
+        )
         on_watermark = getattr(handler, "on_watermark", None)
         told: int | None = None
+        stopped = self._stopping.is_set
         try:
             open_hook = getattr(handler, "open", None)
             if callable(open_hook):
@@ -273,32 +316,35 @@ class WorkerHost:
                 if callable(on_watermark) and self._watermark != told:
                     told = self._watermark
                     on_watermark(told)
-                batch = self._handoff.get(0.0 if self._unsent_positions else 0.05)
-                if batch is None and self._unsent_positions:  # nothing ready: report what was, then wait
-                    with self._lock:
-                        self._flush_delivered_locked()
-                if batch is None or self._stopping.is_set():
-                    continue  # a batch taken while stopping is not handled: its records come again
-                watermark = self._watermark  # the run's as this batch is handed over (late records)
+                wait = 0.0 if self._unsent_positions else 0.05
+                self._watermark_now = self._watermark  # the run's as this chunk is handed over (late records)
+                self._chunk_times = None
                 n = 0
-                records: list[SourceRecord] | None = None
-                if batch.messages:
-                    if make_records is None:  # run(..., batches=True): the client's messages as they are
-                        messages = batch.messages
-                        handler(MessageBatch(batch.cluster_id, list(messages)))
-                        n = len(messages)
-                    else:
-                        records = make_records(batch.cluster_id, batch.messages)
-                        if records:
-                            handler(records)
-                        n = len(records)
-                times = None
-                if self._event_times is not None and batch.messages:
-                    times = self._event_times(batch, records, watermark)
+                if batches:  # run(..., batches=True): the client's messages as they are
+                    chunks = delivery.batches(wait, _ALL, stopped)
+                    if chunks and self._stopping.is_set():
+                        continue  # taken while stopping, not handled: its records come again
+                    for chunk in chunks:
+                        handler(chunk)
+                        n += len(chunk)
+                else:
+                    records = delivery.records(wait, _ALL, stopped)
+                    if records and self._stopping.is_set():
+                        continue
+                    if records:
+                        handler(records)
+                    n = len(records)
+                changes = self._tracker.take_changes()
+                positions = {sid: pos for sid, pos in changes.items() if pos is not None}
                 with self._lock:
+                    taken = self._handoff.taken
+                    if taken == self._handled and not positions:  # nothing came: report what was, then wait
+                        if self._unsent_positions:
+                            self._flush_delivered_locked()
+                        continue
                     self._records += n
-                    self._unsent_locked(batch.positions, n, times)
-                    self._handled += 1
+                    self._unsent_locked(positions, n, self._chunk_times)
+                    self._handled = taken
                     released = self._release_deferred_locked()
                 if released:  # splits finished: the main loop looks at once whether all is read
                     self._inbox.put(None)
@@ -313,6 +359,23 @@ class WorkerHost:
                     close_hook()
                 except Exception:
                     _log.exception("reader %d: the handler's close() failed", self._index)
+
+    def _note_event_times(
+        self,
+        cluster_id: str,
+        messages: Sequence[Any],
+        times: Mapping[str, tuple[int, int]] | None,
+        records: list[SourceRecord] | None,
+    ) -> None:
+        """``Delivery``'s ``on_delivered`` (handler thread): the event times of what is handed over now."""
+        assert self._event_times is not None
+        found = self._event_times(RecordBatch(cluster_id, messages, {}, times), records, self._watermark_now)
+        if found:
+            merged = self._chunk_times
+            if merged is None:
+                merged = self._chunk_times = {}
+            for sid, (low, high) in found.items():
+                widen_event_times(merged, sid, low, high)
 
     def _failure(self, kind: str, error: BaseException) -> None:
         if self._failed:
