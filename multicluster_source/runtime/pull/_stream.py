@@ -364,8 +364,10 @@ class SourceStream:
 
     def checkpoint(self) -> int:
         """Take a checkpoint covering every record already returned; returns its id once it is durable and,
-        with a group id, once offsets were committed (or the commit timed out, which is logged). This thread
-        captures what changed since the last one; the source's checkpoint thread writes and commits it."""
+        with a group id, once offsets were committed to the clusters that answer (at most
+        ``checkpoint.commit.wait.ms``; a cluster that does not answer is not waited for, and gets what it is
+        owed when it answers). This thread captures what changed since the last one; the source's checkpoint
+        thread writes and commits it."""
         self._raise_if_failed()
         checkpoint_id = self._next_checkpoint_id()
         self._checkpointer.take(checkpoint_id, self._write).result()
