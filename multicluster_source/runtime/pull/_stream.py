@@ -363,11 +363,8 @@ class SourceStream:
     # -------------------------------------------------------------------------------------- checkpoints
 
     def checkpoint(self) -> int:
-        """Take a checkpoint covering every record already returned; returns its id once it is durable and,
-        with a group id, once offsets were committed to the clusters that answer (at most
-        ``checkpoint.commit.wait.ms``; a cluster that does not answer is not waited for, and gets what it is
-        owed when it answers). This thread captures what changed since the last one; the source's checkpoint
-        thread writes and commits it."""
+        """Take a checkpoint covering every record already returned; returns its id once it is durable and
+        committed to the clusters that answer (``checkpoint.commit.wait.ms`` at most): see concepts.md."""
         self._raise_if_failed()
         checkpoint_id = self._next_checkpoint_id()
         self._checkpointer.take(checkpoint_id, self._write).result()
