@@ -255,6 +255,7 @@ class MultiClusterKafkaSource:
             reader_index=context.index,
             batch_max_records=self.options.reader_batch_max_records,
             metrics=metrics,
+            stall_timeout_s=_ms_to_s(self.options.reader_stall_timeout_ms),
             on_topic_read=on_topic_read,
             event_times=fetch_event_times(self.watermark_strategy),
             watermark_bound_ms=self.watermark_strategy.out_of_orderness_ms,

@@ -166,6 +166,9 @@ _OPTIONS: Final[tuple[_Option, ...]] = (
     _Option("topic.tracking.allow.reset", "topic_tracking_allow_reset", "bool"),
     _Option("reader.buffer.max.batches", "reader_buffer_max_batches", "int", _IntRule(1, MAX_COUNT)),
     _Option("reader.batch.max.records", "reader_batch_max_records", "int", _IntRule(1, _MAX_BATCH_RECORDS)),
+    _Option(
+        "reader.stall.timeout.ms", "reader_stall_timeout_ms", "int", _IntRule(1, MAX_MS, "never checked")
+    ),
     _Option("metadata.change.debounce.ms", "metadata_change_debounce_ms", "int", _IntRule(0, MAX_MS)),
     _Option("standby.assignor", "standby_assignor", "spec"),
     _Option("reader.heartbeat.timeout.ms", "reader_heartbeat_timeout_ms", "int", _IntRule(100, MAX_MS)),
@@ -208,6 +211,7 @@ class SourceOptions:
     topic_tracking_allow_reset: bool = True
     reader_buffer_max_batches: int = 16
     reader_batch_max_records: int = 1000
+    reader_stall_timeout_ms: int = 60_000
     metadata_change_debounce_ms: int = 20
     standby_assignor: str = ""
     reader_heartbeat_timeout_ms: int = 10_000

@@ -47,6 +47,7 @@ __all__ = [
     "RECORDS",
     "RESTARTS",
     "SPLITS",
+    "STALLS",
     "WATERMARK",
     "Labels",
     "MetricKey",
@@ -71,6 +72,7 @@ RESTARTS: Final = "multicluster_source_reader_restarts"
 DESER_ERRORS: Final = "multicluster_source_deserialization_errors"
 FAILOVERS: Final = "multicluster_source_failovers"
 OFFSET_RESETS: Final = "multicluster_source_offset_resets"
+STALLS: Final = "multicluster_source_stalled_partitions"
 LATE: Final = "multicluster_source_late_records"
 WATERMARK: Final = "multicluster_source_watermark_ms"
 PAUSED: Final = "multicluster_source_paused_splits"
@@ -148,6 +150,13 @@ _SPECS: Final[dict[str, _Spec]] = {
             ("cluster", "topic"),
             "Times a partition's position was out of range (aged out of the log) and was reset per "
             "auto.offset.reset.",
+        ),
+        _Spec(
+            STALLS,
+            Counter,
+            ("cluster",),
+            "Times a partition's position stood still for reader.stall.timeout.ms while its broker had "
+            "records beyond it; its consumer was made again.",
         ),
         _Spec(
             LATE,

@@ -34,6 +34,7 @@ from multicluster_source.ops._metric_families import (
     RECORDS,
     RESTARTS,
     SPLITS,
+    STALLS,
     WATERMARK,
     Labels,
     MetricKey,
@@ -181,6 +182,10 @@ class SourceMetrics:
     def offset_reset(self, cluster: str, topic: str) -> None:
         """Count one out-of-range position of ``topic`` on ``cluster`` reset per ``auto.offset.reset``."""
         self._inc(OFFSET_RESETS, (cluster, topic))
+
+    def stalled_partition(self, cluster: str) -> None:
+        """Count one stalled partition of ``cluster`` (see :mod:`multicluster_source.reader._stalls`)."""
+        self._inc(STALLS, (cluster,))
 
     def late_records(self, cluster: str, topic: str, n: int) -> None:
         """Count ``n`` late records of ``topic`` on ``cluster`` (event time at or below the watermark)."""

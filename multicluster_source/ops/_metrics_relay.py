@@ -89,6 +89,10 @@ class MetricsRecorder:
         """Count one out-of-range position reset."""
         self._count(("reset", (cluster, topic)), 1)
 
+    def stalled_partition(self, cluster: str) -> None:
+        """Count one stalled partition."""
+        self._count(("stall", (cluster,)), 1)
+
     def late_records(self, cluster: str, topic: str, n: int) -> None:
         """Count ``n`` late records of ``topic`` on ``cluster`` (event time at or below the watermark)."""
         self._count(("late", (cluster, topic)), n)
@@ -166,6 +170,8 @@ def apply_metrics(metrics: SourceMetrics, delta: MetricsDelta) -> None:
                         metrics.deserialization_error(labels[0], labels[1])
                     elif op == "reset":
                         metrics.offset_reset(labels[0], labels[1])
+                    elif op == "stall":
+                        metrics.stalled_partition(labels[0])
         elif kind == "gauges":
             for (_op, (cluster, topic, partition)), (current, lag) in body:
                 metrics.set_offsets(cluster, topic, int(partition), current=current, lag=lag)

@@ -46,6 +46,7 @@ from multicluster_source.reader._lag import LagReports
 from multicluster_source.reader._pauses import AlignmentPauses
 from multicluster_source.reader._resets import offset_reset_policy, reset_positions
 from multicluster_source.reader._settings import FetchSettings
+from multicluster_source.reader._stalls import StallWatch
 from multicluster_source.reader._warm import LEARN_MAX_PARTITIONS, WarmConsumer, learn_topics
 
 _log = logging.getLogger("multicluster_source.reader")
@@ -78,6 +79,8 @@ class ClusterFetcher:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._outstanding: set[str] = set()
+        self.stalls = StallWatch(cluster_id, settings.stall_timeout_s, settings.metrics)
+        """The stall watchdog (its ``total`` and ``last`` are read by ``status()`` from other threads)."""
         self._progress: dict[tuple[str, int], SplitProgress] = {}
         self._split_hint: tuple[str | None, bool] = (None, False)  # kafka_event_times(topic=, ends_only=)
         self._pauses = AlignmentPauses(cluster_id, settings.watermark_bound_ms, settings.aligned)
@@ -178,7 +181,8 @@ class ClusterFetcher:
             with self._step:
                 self._consumer = consumer
             withdraw = self._ctx.offer_inline(self._inline, self._release_inline)
-            self._loop(consumer)
+            while self._loop(consumer):  # a split stalled: a new client at every split's position
+                consumer = self._remake(consumer)
         except BaseException as exc:
             if not self._stopping.is_set():
                 if isinstance(exc, OffsetOutOfRangeError):
@@ -198,7 +202,28 @@ class ClusterFetcher:
                 except Exception as exc:  # closing must not hide the real failure
                     _log.warning("cluster=%s: consumer close failed: %s", self.cluster_id, exc)
 
-    def _loop(self, consumer: Any) -> None:
+    def _remake(self, old: Any) -> Any:
+        """Close ``old`` and make a new consumer reading every split from its position (fetch thread)."""
+        from confluent_kafka import TopicPartition
+
+        with self._step:
+            self._consumer = None
+            try:
+                old.close()
+            except Exception as exc:  # a client that stopped fetching may not close cleanly either
+                _log.warning("cluster=%s: closing the stalled consumer failed: %s", self.cluster_id, exc)
+            consumer = self._s.consumer_factory(self._conf)
+            assign = [TopicPartition(t, p, prog.next_offset) for (t, p), prog in self._progress.items()]
+            if assign:
+                consumer.incremental_assign(assign)
+            self._pauses.applied = set()
+            self._pauses.apply(consumer, self._progress)
+            self._consumer = consumer
+        self._s.metrics.reader_restart(self.cluster_id)
+        return consumer
+
+    def _loop(self, consumer: Any) -> bool:
+        """Fetch until stopped (False), or until a split stalled (True: the consumer must be made again)."""
         last_lag = time.monotonic()
         emit = self._ctx.emit
         fetched = False  # the last step handed a batch on (records flow: the taker may fetch them itself)
@@ -221,6 +246,9 @@ class ClusterFetcher:
                 last_lag = now
                 with self._step:
                     self._lag.report(consumer, self._progress)
+                    if self.stalls.check(consumer, self._progress, self._pauses.applied):
+                        return True
+        return False
 
     def _inline(self, emit_now: Callable[[RecordBatch], bool]) -> bool:
         """One fetch step on the taking thread, which found nothing handed on (see the module doc): what is

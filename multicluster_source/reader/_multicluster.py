@@ -354,4 +354,9 @@ class MultiClusterReader:
             "standby": sorted(self._standby.copy()),
             "warm_clients": sorted(self._warm.copy()),
             "fetching_from": {cid: dict(st.partitions) for cid, st in sorted(self._stats.copy().items())},
+            "stalls": {
+                cid: {"total": f.stalls.total, "last": f.stalls.last.copy()}
+                for cid, f in sorted(self._fetchers.copy().items())
+                if f.stalls.total
+            },
         }

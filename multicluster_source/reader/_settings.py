@@ -29,6 +29,9 @@ class FetchSettings:
     consumer_factory: ConsumerFactory = default_consumer_factory
     poll_timeout_s: float = 0.1
     lag_interval_s: float = 1.0
+    stall_timeout_s: float | None = 60.0
+    """``reader.stall.timeout.ms``: a split whose position stands still this long while its broker has records
+    beyond it is stalled (:mod:`multicluster_source.reader._stalls`); None: never checked."""
     on_topic_read: Callable[[str, str, int], None] | None = None
     """Called with (cluster, topic, reader index) for each topic of a batch handed on (topic tracking)."""
     watermark_bound_ms: int = 0

@@ -35,6 +35,11 @@ LONGER: dict[str, tuple[int, str]] = {
         "WorkerHost is one ReaderContext: its main loop, handler thread and context methods share one "
         "lock and counters; split, they would read each other's privates",
     ),
+    "reader/_fetcher.py": (
+        440,
+        "ClusterFetcher owns one consumer on one thread: fetching, commands, inline steps and making the "
+        "consumer again after a stall all hold its step lock and its progress",
+    ),
 }
 
 

@@ -172,4 +172,5 @@ def _reader_status(runner: ReaderRunner, assignments: dict[int, list[str]]) -> d
         info = detail()
         out["standby"] = info.get("standby", [])
         out["fetching_from"] = info.get("fetching_from", {})
+        out["stalls"] = info.get("stalls", {})
     return out

@@ -37,6 +37,7 @@ DEFAULTS = {
     "replica.sync.wait.ms": "5000",
     "replica.failover.unreachable.ms": "-1",
     "checkpoint.commit.wait.ms": "5000",
+    "reader.stall.timeout.ms": "60000",
 }
 
 
@@ -149,6 +150,7 @@ BAD_VALUES = [
     ("standby.assignor", "not a spec", "'module:Class'"),
     ("reader.heartbeat.timeout.ms", "99", "an integer from 100"),
     ("replica.sync.wait.ms", "-1", "an integer from 0"),
+    ("reader.stall.timeout.ms", "0", "-1 (never checked) or an integer from 1"),
     ("checkpoint.commit.wait.ms", "-1", "an integer from 0"),
     ("replica.failover.unreachable.ms", "0", "-1 (never automatic) or an integer from 1"),
 ]

@@ -25,6 +25,7 @@ CONTRACT = {
     "multicluster_source_deserialization_errors_total": ("counter", ("cluster", "topic")),
     "multicluster_source_failovers_total": ("counter", ("cluster",)),
     "multicluster_source_offset_resets_total": ("counter", ("cluster", "topic")),
+    "multicluster_source_stalled_partitions_total": ("counter", ("cluster",)),
     # API.md section 8
     "multicluster_source_late_records_total": ("counter", ("cluster", "topic")),
     "multicluster_source_watermark_ms": ("gauge", ()),
@@ -58,6 +59,7 @@ def exercise(m: SourceMetrics, cluster: str = "east", topic: str = "orders") -> 
     m.deserialization_error(cluster, topic)
     m.failover(cluster)
     m.offset_reset(cluster, topic)
+    m.stalled_partition(cluster)
     m.late_records(cluster, topic, 2)
     m.set_watermark(1_700_000_000_000)
     m.set_paused_splits(1)
@@ -117,6 +119,7 @@ def test_values(registry: CollectorRegistry, metrics: SourceMetrics) -> None:
     assert get("multicluster_source_deserialization_errors_total", ct) == 2
     assert get("multicluster_source_failovers_total", {"cluster": "east"}) == 2
     assert get("multicluster_source_offset_resets_total", ct) == 2
+    assert get("multicluster_source_stalled_partitions_total", {"cluster": "east"}) == 2
 
 
 def test_set_offsets_none_leaves_gauge_unchanged(registry: CollectorRegistry, metrics: SourceMetrics) -> None:

@@ -1,0 +1,117 @@
+"""The stall watchdog of one fetcher: a partition whose position does not move while its broker has records
+beyond it.
+
+librdkafka has had consumers that stop fetching a partition after a broker restart (its issues #5153, open,
+and #4804, a partition stuck on the internal broker) and a pause that outlives ``unassign()``; a stream then
+waits for ever with no error. Each lag interval, on the fetch thread, :class:`StallWatch` looks at the splits
+whose position has not moved for ``reader.stall.timeout.ms`` and that are not held back on purpose (watermark
+alignment); for those it asks the broker for the partition's end (not the client's cached high watermark,
+which a partition that is not fetched never updates), unless the client's own position is past the split's
+(transaction markers, which it never returns). A split with records beyond its position is *stalled*:
+it is logged with the cluster id, counted in ``multicluster_source_stalled_partitions_total{cluster}``, shown
+in the reader's ``status()``, and the fetcher re-creates its consumer at every split's position (a new client
+has none of the old one's fetch state or pauses). A split that stalls again is handled again, no sooner than
+one timeout later.
+
+A fetch thread blocked on a full hand-off (the caller is slower than the cluster) does not run these checks,
+so back-pressure is never taken for a stall.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+_log = logging.getLogger("multicluster_source.reader")
+
+_ASK_AT_MOST = 20
+"""Candidates whose end is asked of the broker in one check (each is a request; the rest wait a check)."""
+
+
+class StallWatch:
+    """Finds stalled splits of one fetcher (fetch thread only)."""
+
+    def __init__(
+        self, cluster_id: str, timeout_s: float | None, metrics: Any, ask_timeout_s: float = 5.0
+    ) -> None:
+        """``timeout_s``: how long a position may stand still with records beyond it; None: never checked."""
+        self._cluster_id = cluster_id
+        self._timeout_s = timeout_s
+        self._metrics = metrics
+        self._ask_timeout_s = ask_timeout_s
+        self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # key -> (position, since)
+        self.total = 0
+        """Stalls found since the fetcher started."""
+        self.last: dict[str, dict[str, Any]] = {}
+        """Split id -> what was found at its latest stall (for ``status()``)."""
+
+    def check(
+        self, consumer: Any, progress: Mapping[tuple[str, int], Any], held: set[tuple[str, int]]
+    ) -> list[str]:
+        """The split ids stalled now (their consumer must be re-created); ``held``: partitions paused on
+        purpose."""
+        timeout = self._timeout_s
+        if timeout is None:
+            return []
+        now = time.monotonic()
+        seen = self._seen
+        candidates: list[tuple[tuple[str, int], Any, float]] = []
+        for key, p in progress.items():
+            last = seen.get(key)
+            if last is None or last[0] != p.next_offset or key in held:
+                seen[key] = (p.next_offset, now)
+            elif now - last[1] >= timeout:
+                candidates.append((key, p, now - last[1]))
+        if len(seen) > len(progress):
+            self._seen = {key: v for key, v in seen.items() if key in progress}
+        stalled: list[str] = []
+        for key, p, still in candidates[:_ASK_AT_MOST]:
+            self._seen[key] = (p.next_offset, now)  # asked: the next look is a timeout later
+            if self._client_moved_on(consumer, key, p.next_offset):
+                continue  # past what it never returns (transaction markers): fetching, not stalled
+            end = self._end(consumer, key)
+            if end is None or end <= p.next_offset:
+                continue  # nothing beyond the position: idle, not stalled
+            stalled.append(p.split_id)
+            self.total += 1
+            self.last[p.split_id] = {
+                "position": p.next_offset,
+                "end": end,
+                "still_s": round(still, 1),
+                "at": time.time(),
+            }
+            _log.warning(
+                "cluster=%s: %s stalled: position %d has not moved for %.0f s while the broker has records "
+                "up to %d; the consumer is made again at its position",
+                self._cluster_id,
+                p.split_id,
+                p.next_offset,
+                still,
+                end,
+            )
+            self._metrics.stalled_partition(self._cluster_id)
+        return stalled
+
+    @staticmethod
+    def _client_moved_on(consumer: Any, key: tuple[str, int], offset: int) -> bool:
+        from confluent_kafka import TopicPartition
+
+        try:
+            [tp] = consumer.position([TopicPartition(*key)])
+        except Exception:
+            return False
+        return bool(tp.offset is not None and tp.offset > offset)
+
+    def _end(self, consumer: Any, key: tuple[str, int]) -> int | None:
+        from confluent_kafka import TopicPartition
+
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(*key), timeout=self._ask_timeout_s, cached=False
+            )
+        except Exception as exc:  # the broker does not answer: a broker fault, which the client reports
+            _log.debug("cluster=%s: end of %s unknown: %s", self._cluster_id, key, exc)
+            return None
+        return int(high) if high is not None and high >= 0 else None
