@@ -406,4 +406,19 @@ class MultiClusterEnumerator:
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready view for the admin server and tests (coordinator thread)."""
-        return enumerator_status(self)
+        return enumerator_status(
+            version=self._version,
+            metadata=self._metadata,
+            declared=self._declared,
+            enumerators=self._clusters.enumerators(),
+            splits=self._splits,
+            owner=self._owner,
+            assigner=self._assigner,
+            finished=self._finished,
+            retained=self._removed,
+            metadata_failures_in_a_row=self._follower.failures,
+            failovers=self.failovers,
+            missing_streams=self.missing_streams,
+            last_reconciliation=self.last_reconciliation,
+            handovers=self._handovers,
+        )

@@ -20,7 +20,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
 from multicluster_source.hybrid._stage import StageChain
 from multicluster_source.hybrid._stream import HybridStream
-from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.runtime.push._control import RunControl, RunProgress, RunResult
 
 __all__ = ["run_hybrid"]
 
@@ -139,7 +139,7 @@ def run_hybrid(
 
     def result(finished: bool) -> RunResult:
         if control is not None:
-            control._done.set()
+            RunProgress(control).done()
         return RunResult(
             runtime=runtime,
             parallelism=parallelism,

@@ -88,10 +88,48 @@ class RunControl:
         """Checkpoints taken so far."""
         return self._checkpoints
 
-    def _update(self, index: int, **changes: Any) -> None:
-        with self._lock:
-            old = self._workers.get(index) or WorkerInfo(index, None, None, None, True)
-            self._workers[index] = WorkerInfo(**{**old.__dict__, **changes})
+
+class RunProgress:
+    """The run's side of a :class:`RunControl`: what the driver (and a hybrid run) reports into it. Made by
+    the run for its control; used on the driver's thread."""
+
+    def __init__(self, control: RunControl) -> None:
+        self.control = control
+
+    @property
+    def used(self) -> bool:
+        """Whether the control served a run already (a control serves one run)."""
+        return self.control._running.is_set() or self.control._done.is_set()
+
+    def running(self) -> None:
+        """Every reader started."""
+        self.control._running.set()
+
+    def done(self) -> None:
+        """The run returned or raised."""
+        self.control._done.set()
+
+    def handled(self, records: int) -> None:
+        """The handlers returned from ``records`` more records."""
+        self.control._records += records
+
+    def watermark(self, ms: int) -> bool:
+        """The run's watermark is ``ms``; whether it moved."""
+        if ms == self.control._watermark:
+            return False
+        self.control._watermark = ms
+        return True
+
+    def checkpoints(self, written: int) -> None:
+        """Checkpoints written so far."""
+        self.control._checkpoints = written
+
+    def worker(self, index: int, **changes: Any) -> None:
+        """What changed of reader ``index``'s worker (:class:`WorkerInfo` fields)."""
+        control = self.control
+        with control._lock:
+            old = control._workers.get(index) or WorkerInfo(index, None, None, None, True)
+            control._workers[index] = WorkerInfo(**{**old.__dict__, **changes})
 
 
 @dataclass(frozen=True)

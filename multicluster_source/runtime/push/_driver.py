@@ -24,6 +24,7 @@ from multicluster_source.runtime.core._messages import (
     StopWorker,
     TopicRead,
     Transport,
+    WatermarkAdvanced,
     WorkerFailure,
     WorkerLink,
     WorkerLog,
@@ -31,7 +32,7 @@ from multicluster_source.runtime.core._messages import (
     WorkerReady,
     WorkerStopped,
 )
-from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.runtime.push._control import RunControl, RunProgress, RunResult
 from multicluster_source.runtime.push._coordinator import LinkedCoordinator
 from multicluster_source.runtime.push._push_watermarks import RunWatermarks, run_watermarks
 from multicluster_source.runtime.push._run_checkpoints import RunCheckpoints
@@ -74,6 +75,7 @@ class Driver:
         self._told_enumerator = False  # a reader event went to the enumerator since the loop last looked
         self._registry = registry
         self._control = control
+        self._progress = RunProgress(control)
         self._stop_event = stop_event
         self._startup_timeout = startup_timeout
         self._stop_timeout = stop_timeout
@@ -109,6 +111,13 @@ class Driver:
         if 0 <= index < len(self._links):
             self._links[index].send(message)
 
+    def _watermark_moved(self, ms: int) -> None:
+        """The run's watermark moved: the control and every live worker (``on_watermark``) hear of it."""
+        if self._progress.watermark(ms):
+            for i in range(self._n):
+                if i not in self._lost:
+                    self._send(i, WatermarkAdvanced(ms))
+
     def _fail(self, error: BaseException) -> None:
         with self._error_lock:
             if self._error is not None:
@@ -134,7 +143,7 @@ class Driver:
             self._fail(exc)
         finally:
             self._shutdown()
-            self._control._done.set()
+            self._progress.done()
         if interrupted is not None:
             raise interrupted
         error = self._error
@@ -167,7 +176,9 @@ class Driver:
         self._topics = source.create_topic_tracker(self._checkpoint_dir)
         self._topics.start()
         self._coordinator = LinkedCoordinator(self._name, self._n, self._tracker, self._fail, send=self._send)
-        self._watermarks = run_watermarks(source, self._metrics, self._coordinator, restored, self)
+        self._watermarks = run_watermarks(
+            source, self._metrics, self._coordinator, restored, self._watermark_moved
+        )
         self._links = self._transport.start(self._deliver, self._metrics)
         self._await_ready()
         if self._stop_requested():
@@ -193,7 +204,7 @@ class Driver:
         for i in range(self._n):
             self._last_seen[i] = now
             self._send(i, StartReader())
-        self._control._running.set()
+        self._progress.running()
         _log.info("source=%s: running %d readers on runtime %s", self._name, self._n, self._transport.name)
 
     def _await_ready(self) -> None:
@@ -262,13 +273,13 @@ class Driver:
                 self._watermarks.delivered(message.event_times)
             if message.records:
                 self._records[index] = self._records.get(index, 0) + message.records
-                self._control._records += message.records
+                self._progress.handled(message.records)
         elif isinstance(message, EventToEnumerator):
             if index not in self._lost and self._coordinator is not None:
                 self._coordinator.deliver_reader_event(index, message.event)
                 self._told_enumerator = True
         elif isinstance(message, Heartbeat):
-            self._control._update(index, splits=message.splits)
+            self._progress.worker(index, splits=message.splits)
         elif isinstance(message, TopicRead):
             if self._topics is not None and self._topics.enabled:
                 self._topics.record(message.cluster, message.topic, index)
@@ -284,15 +295,15 @@ class Driver:
                 logger.handle(record)
         elif isinstance(message, WorkerStopped):
             self._stopped.add(index)
-            self._control._update(index, alive=False)
+            self._progress.worker(index, alive=False)
         elif isinstance(message, LinkLost):
             self._gone.add(index)
-            self._control._update(index, alive=False)
+            self._progress.worker(index, alive=False)
             if not self._closing and index not in self._stopped:
                 self._lose(index, SourceFailedError(f"worker {index} was lost: {message.reason}"))
         elif isinstance(message, WorkerReady):
             self._ready[index] = message
-            self._control._update(index, pid=message.pid, host=message.host, rack=message.rack, alive=True)
+            self._progress.worker(index, pid=message.pid, host=message.host, rack=message.rack, alive=True)
         else:
             _log.warning("source=%s: unknown message from worker %d: %r", self._name, index, message)
 
@@ -321,7 +332,7 @@ class Driver:
         if index in self._lost or self._coordinator is None:
             return
         self._lost[index] = f"{type(error).__name__}: {error}"
-        self._control._update(index, alive=False)
+        self._progress.worker(index, alive=False)
         _log.warning("source=%s: reader %d is lost (%s); its splits move", self._name, index, error)
         if len(self._lost) >= self._n:
             failure = SourceFailedError(f"source {self._name}: every reader failed; the last: {error}")

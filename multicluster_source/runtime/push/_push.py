@@ -36,7 +36,7 @@ from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._storage import CheckpointStorage, DirectoryCheckpointStorage
 from multicluster_source.runtime.core._factory import SourceFactory, validate_reader_racks
 from multicluster_source.runtime.core._messages import RUNTIMES, Handler, Transport
-from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.runtime.push._control import RunControl, RunProgress, RunResult
 from multicluster_source.runtime.push._driver import Driver
 from multicluster_source.runtime.push.transports._threads import ThreadTransport
 
@@ -106,7 +106,7 @@ def run_source(
         control = RunControl()
     elif not isinstance(control, RunControl):
         raise ConfigurationError("run(control=...): needs a RunControl")
-    elif control._running.is_set() or control._done.is_set():
+    elif RunProgress(control).used:
         raise ConfigurationError("run(control=...): a RunControl serves one run; make a new one")
     stop_event = options.pop("stop_event", None)
     if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):

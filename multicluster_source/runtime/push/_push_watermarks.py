@@ -9,13 +9,13 @@ which tells ``RunControl.watermark`` and every live worker (``WatermarkAdvanced`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import SourceRecord, records_of
 from multicluster_source.framework._watermarks import EventTimes
 from multicluster_source.reader._records import RecordMaker
-from multicluster_source.runtime.core._messages import WatermarkAdvanced
 from multicluster_source.runtime.eventtime._watermarks import (
     WatermarkTracker,
     chunk_event_times,
@@ -64,13 +64,13 @@ def worker_event_times(source: Any, metrics: Any) -> WorkerEventTimes | None:
 
 class RunWatermarks:
     """The push driver's watermark: split event times reported by the workers (``Delivered``) combined;
-    ``RunControl.watermark`` and every live worker (a ``WatermarkAdvanced`` for the ``on_watermark`` hook)
-    are told when it moves. Used on the driver's thread; ``driver`` offers ``_control``, ``_n``, ``_lost``
-    and ``_send(index, message)``."""
+    ``moved(ms)`` is called when it moves (the driver tells ``RunControl.watermark`` and every live worker,
+    a ``WatermarkAdvanced`` for the ``on_watermark`` hook). Used on the driver's thread."""
 
-    def __init__(self, tracker: WatermarkTracker, driver: Any) -> None:
+    def __init__(self, tracker: WatermarkTracker, moved: Callable[[int], None]) -> None:
         self._tracker = tracker
-        self._driver = driver
+        self._moved = moved
+        self._last: int | None = None
 
     def delivered(self, times: EventTimes) -> None:
         """A worker's handler returned from records with these event times."""
@@ -78,19 +78,16 @@ class RunWatermarks:
         self.publish()
 
     def publish(self) -> None:
-        """Tell the control and the workers when the watermark moved (idleness moves it without records)."""
+        """Tell the driver when the watermark moved (idleness moves it without records)."""
         value = self._tracker.watermark
-        driver = self._driver
-        if value is not None and value != driver._control._watermark:
-            driver._control._watermark = value
-            for i in range(driver._n):
-                if i not in driver._lost:
-                    driver._send(i, WatermarkAdvanced(value))
+        if value is not None and value != self._last:
+            self._last = value
+            self._moved(value)
 
 
 def run_watermarks(
-    source: Any, metrics: Any, coordinator: Any, restored: object | None, driver: Any
+    source: Any, metrics: Any, coordinator: Any, restored: object | None, moved: Callable[[int], None]
 ) -> RunWatermarks | None:
     """The push driver's :class:`RunWatermarks`, or None without a watermark strategy."""
     tracker = stream_watermarks(source, metrics, records_of, coordinator, restored)
-    return RunWatermarks(tracker, driver) if tracker.enabled else None
+    return RunWatermarks(tracker, moved) if tracker.enabled else None

@@ -19,7 +19,7 @@ from typing import Any
 from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.runtime.core._checkpointer import Checkpointer
 from multicluster_source.runtime.core._handoff import PositionTracker
-from multicluster_source.runtime.push._control import RunControl
+from multicluster_source.runtime.push._control import RunControl, RunProgress
 
 
 class RunCheckpoints:
@@ -28,7 +28,7 @@ class RunCheckpoints:
     def __init__(self, name: str, storage: CheckpointStorage | None, control: RunControl) -> None:
         self._name = name
         self._storage = storage
-        self._control = control
+        self._progress = RunProgress(control)
         self._checkpointer: Checkpointer | None = None
         self.last_id = 0
         """The id of the last checkpoint taken (or restored from)."""
@@ -68,7 +68,7 @@ class RunCheckpoints:
         written = self._storage.write(checkpoint_id, self._name, state, positions)
         self.last_written = written
         self.written += 1
-        self._control._checkpoints = self.written
+        self._progress.checkpoints(self.written)
         return written
 
 
