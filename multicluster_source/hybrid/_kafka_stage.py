@@ -25,7 +25,7 @@ from multicluster_source.enumerator._offsets import OffsetsInitializer, handover
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.hybrid._stage import HandoverMode, StageHandover
-from multicluster_source.runtime.pull._async import capture_checkpoint
+from multicluster_source.runtime.pull._stream import capture_checkpoint, tracker_of
 
 if TYPE_CHECKING:
     from multicluster_source._source import MultiClusterKafkaSource
@@ -129,7 +129,7 @@ class KafkaStageReader:
 
     def positions(self) -> dict[str, int]:
         """Split id -> the offset after the last record returned (the source's position tracker)."""
-        return self.stream._tracker.snapshot()  # the stream's delivered positions, as checkpoints hold them
+        return tracker_of(self.stream).snapshot()  # delivered positions, as checkpoints hold them
 
     def handover(self) -> StageHandover:
         """Exact positions: every offset is the record's own."""

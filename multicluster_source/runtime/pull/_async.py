@@ -32,12 +32,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator
-from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.runtime.pull._stream import SourceStream
+from multicluster_source.runtime.pull._stream import (
+    SourceStream,
+    capture_checkpoint,
+    checkpoint_busy,
+    checkpoint_in_background,
+    handoff_of,
+    next_ready,
+)
 
 _log = logging.getLogger("multicluster_source")
 
@@ -100,8 +106,8 @@ class AsyncSourceStream:
         self._wake = asyncio.Event()
         self._last_checkpoint = time.monotonic()
         self._stream = stream
-        stream._handoff.on_put = self._on_put
-        stream._handoff.inline = False  # fetch threads fetch: no client call on the loop's thread
+        handoff_of(stream).on_put = self._on_put
+        handoff_of(stream).inline = False  # fetch threads fetch: no client call on the loop's thread
         # the first status document is made in the executor; status() shows it once it is there
         self._status = {"source": stream.name, "state": "starting"}
         self._status_task = loop.run_in_executor(None, stream.status)
@@ -182,7 +188,7 @@ class AsyncSourceStream:
             await asyncio.sleep(0)  # records are always ready: let the loop's other tasks run
             self._yielded_at = time.monotonic()
         while True:
-            record = stream._next_ready() if not self._closed else None
+            record = next_ready(stream) if not self._closed else None
             if record is not None:
                 return record
             if self._closed or stream.finished:
@@ -263,8 +269,8 @@ class AsyncSourceStream:
             return
         stream = self._opened()
         due = time.monotonic() - self._last_checkpoint >= self._interval
-        if due and not stream._checkpointer.busy:
-            await self._capture(lambda: _checkpoint_in_background(stream))
+        if due and not checkpoint_busy(stream):
+            await self._capture(lambda: checkpoint_in_background(stream))
 
     async def _capture(self, capture: Callable[[], T]) -> T:
         """``capture()`` in the executor, one at a time (the stream's checkpoint calls are meant for one
@@ -296,7 +302,7 @@ class AsyncSourceStream:
         stream = self._stream
         if stream is None:
             return
-        stream._handoff.on_put = None
+        handoff_of(stream).on_put = None
         if self._wake is not None:
             self._wake.set()
         task = self._status_task
@@ -314,16 +320,7 @@ def _close_when_opened(future: asyncio.Future[SourceStream]) -> None:
     threading.Thread(target=stream.close, name=f"mcs-close-{stream.name}").start()
 
 
-__all__ = ["AsyncSourceStream", "capture_checkpoint"]
-
-
-def capture_checkpoint(stream: SourceStream) -> tuple[int, Future[Any]]:
-    """In the executor (or the stream's thread): capture a checkpoint of what was returned so far (as
-    ``SourceStream.checkpoint``, without waiting): its id, and the checkpoint thread's future of it (also the
-    hybrid source's Kafka stage's capture)."""
-    stream._raise_if_failed()
-    checkpoint_id = stream._next_checkpoint_id()
-    return checkpoint_id, stream._checkpointer.take(checkpoint_id, stream._write)
+__all__ = ["AsyncSourceStream"]
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
@@ -332,13 +329,7 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def _checkpoint_in_background(stream: SourceStream) -> None:
-    """In the executor: capture a checkpoint of what was returned so far; the stream's checkpoint thread
-    writes and commits it. Raises (once) what the last one taken this way raised."""
-    stream._checkpointer.take_in_background(stream._next_checkpoint_id(), stream._write)
-
-
 def _one_ready(stream: SourceStream) -> list[SourceRecord]:
     """The next record ready now as a list of one, or ``[]`` (``async for`` waiting for records)."""
-    record = stream._next_ready()
+    record = next_ready(stream)
     return [] if record is None else [record]

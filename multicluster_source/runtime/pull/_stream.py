@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -407,3 +408,42 @@ class SourceStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+# ----------------------------------------------------------------------- for the asyncio and hybrid streams
+# What the asyncio stream (:mod:`._async`) and the hybrid source's live stage drive of a SourceStream: named
+# here, in the module that defines the stream, rather than read from its private fields elsewhere.
+
+
+def handoff_of(stream: SourceStream) -> Handoff:
+    """The stream's hand-off (an asyncio stream sets its ``on_put`` wake-up and turns inline fetching off)."""
+    return stream._handoff
+
+
+def tracker_of(stream: SourceStream) -> PositionTracker:
+    """The stream's delivered positions (the hybrid source's live stage hands them over)."""
+    return stream._tracker
+
+
+def checkpoint_busy(stream: SourceStream) -> bool:
+    """Whether a periodic checkpoint should wait (see ``Checkpointer.busy``)."""
+    return stream._checkpointer.busy
+
+
+def capture_checkpoint(stream: SourceStream) -> tuple[int, Future[Any]]:
+    """Capture a checkpoint of what was returned so far (as ``SourceStream.checkpoint``, without waiting):
+    its id, and the checkpoint thread's future of it. On the thread that takes from the stream."""
+    stream._raise_if_failed()
+    checkpoint_id = stream._next_checkpoint_id()
+    return checkpoint_id, stream._checkpointer.take(checkpoint_id, stream._write)
+
+
+def checkpoint_in_background(stream: SourceStream) -> None:
+    """Capture a checkpoint; the checkpoint thread writes and commits it. Raises (once) what the last one
+    taken this way raised."""
+    stream._checkpointer.take_in_background(stream._next_checkpoint_id(), stream._write)
+
+
+def next_ready(stream: SourceStream) -> SourceRecord | None:
+    """The next record ready now, or None (``async for``)."""
+    return stream._next_ready()
