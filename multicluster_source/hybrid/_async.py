@@ -25,14 +25,17 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.hybrid._held import as_batches
 from multicluster_source.hybrid._periodic import Captured, stage_busy
-
-if TYPE_CHECKING:
-    from multicluster_source.hybrid._stream import HybridStream
+from multicluster_source.hybrid._stream import (
+    HybridStream,
+    fetch_in_threads,
+    ready_batches,
+    ready_records,
+    stage_reader,
+)
 
 __all__ = ["AsyncHybridStream"]
 
@@ -42,38 +45,10 @@ _FIRST_SLEEP_S = 0.005
 _MAX_SLEEP_S = 0.05
 
 
-def _ready_records(stream: HybridStream, max_records: int) -> list[SourceRecord]:
-    """Records ready now, without waiting and without switching (a step of :meth:`AsyncHybridStream.poll`)."""
-    reader = stream._current("poll()")
-    out = stream._held.take(max_records) or stream._held.filter(reader.poll(0.0, max_records))
-    if out:
-        stream._delivered()
-    return out
-
-
-def _ready_batches(stream: HybridStream, max_records: int) -> list[MessageBatch]:
-    """Batches ready now, without waiting and without switching (a step of ``poll_batches``)."""
-    reader = stream._current("poll_batches()")
-    held = stream._held.take(max_records)
-    out = as_batches(held) if held else stream._held.filter_batches(reader.poll_batches(0.0, max_records))
-    if out:
-        stream._delivered()
-    return out
-
-
 def _retrieved(future: asyncio.Future[Any]) -> None:
     """Mark a future's outcome as seen (a failed background checkpoint is logged and kept)."""
     if not future.cancelled():
         future.exception()
-
-
-def _fetch_in_threads(stream: HybridStream) -> None:
-    """A Kafka stage's fetch threads fetch themselves: no client call on the loop's thread (as
-    :class:`AsyncSourceStream` sets its stream)."""
-    inner = getattr(stream._reader, "stream", None)
-    handoff = getattr(inner, "_handoff", None)
-    if handoff is not None:
-        handoff.inline = False
 
 
 class AsyncHybridStream:
@@ -101,7 +76,7 @@ class AsyncHybridStream:
         """Open the hybrid stream (in the executor)."""
         if self._stream is None:
             self._stream = await asyncio.to_thread(self._opener)
-            _fetch_in_threads(self._stream)
+            fetch_in_threads(self._stream)
             self._last_checkpoint = time.monotonic()
         return self
 
@@ -125,11 +100,11 @@ class AsyncHybridStream:
 
     async def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[SourceRecord]:
         """Records that are ready (at most ``max_records``), ``[]`` after ``timeout`` seconds."""
-        return await self._take(lambda s: _ready_records(s, max_records), timeout)
+        return await self._take(lambda s: ready_records(s, max_records), timeout)
 
     async def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
         """Batches that are ready (at most ``max_records`` messages), ``[]`` after ``timeout`` seconds."""
-        return await self._take(lambda s: _ready_batches(s, max_records), timeout)
+        return await self._take(lambda s: ready_batches(s, max_records), timeout)
 
     async def _take(self, take: Callable[[HybridStream], list[T]], timeout: float) -> list[T]:
         stream = self.stream
@@ -160,7 +135,7 @@ class AsyncHybridStream:
 
         def switch() -> None:
             stream.switch()
-            _fetch_in_threads(stream)
+            fetch_in_threads(stream)
 
         step = self._step = asyncio.ensure_future(asyncio.to_thread(switch))
         step.add_done_callback(lambda _: self._release())
@@ -216,7 +191,7 @@ class AsyncHybridStream:
         if self._interval is None or self._closed or self._busy is not None:
             return
         stream = self.stream
-        if time.monotonic() - self._last_checkpoint < self._interval or stage_busy(stream._reader):
+        if time.monotonic() - self._last_checkpoint < self._interval or stage_busy(stage_reader(stream)):
             return
         error, self._background_error = self._background_error, None
         if error is not None:

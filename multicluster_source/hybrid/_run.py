@@ -19,7 +19,7 @@ from typing import Any
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.hybrid._kafka_stage import KafkaSourceStage
 from multicluster_source.hybrid._stage import StageChain
-from multicluster_source.hybrid._stream import HybridStream
+from multicluster_source.hybrid._stream import HybridStream, live_start, periodic_checkpoint
 from multicluster_source.runtime.push._control import RunControl, RunProgress, RunResult
 
 __all__ = ["run_hybrid"]
@@ -176,14 +176,14 @@ def run_hybrid(
             due = (
                 checkpoint_interval is not None and time.monotonic() - last_checkpoint >= checkpoint_interval
             )
-            if due and stream.stage < last_index + int(not delegate) and stream._periodic_checkpoint():
+            if due and stream.stage < last_index + int(not delegate) and periodic_checkpoint(stream):
                 checkpoints += 1  # captured; written in the background (deferred while the last one is)
                 last_checkpoint = time.monotonic()
         if hooks is not None:
             hooks.close()
         assert isinstance(last, KafkaSourceStage)
-        source = last.with_start(stream._state.handover)
-        store = stream._store
+        handover, store = live_start(stream)
+        source = last.with_start(handover)
         floor = stream.watermark
         live = source.run(
             handler

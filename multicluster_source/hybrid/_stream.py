@@ -38,6 +38,7 @@ from multicluster_source.hybrid._state import HybridState, HybridStateStore, che
 from multicluster_source.hybrid._status import hybrid_status, log_switch, stage_secrets, switch_summary
 from multicluster_source.hybrid.archive._archive_pieces import ArchivedColumns
 from multicluster_source.ops._admin import AdminServer, check_admin_address
+from multicluster_source.runtime.pull._stream import SourceStream, handoff_of
 
 __all__ = ["HybridStream"]
 
@@ -408,3 +409,50 @@ class HybridStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+# ------------------------------------------------------------------ for the asyncio stream and run_hybrid
+# What the asyncio hybrid stream (:mod:`._async`) and ``run()`` (:mod:`._run`) drive of a HybridStream: named
+# here, in the module that defines it, rather than read from its private fields elsewhere.
+
+
+def ready_records(stream: HybridStream, max_records: int) -> list[SourceRecord]:
+    """Records ready now, without waiting and without switching (a step of :meth:`AsyncHybridStream.poll`)."""
+    reader = stream._current("poll()")
+    out = stream._held.take(max_records) or stream._held.filter(reader.poll(0.0, max_records))
+    if out:
+        stream._delivered()
+    return out
+
+
+def ready_batches(stream: HybridStream, max_records: int) -> list[MessageBatch]:
+    """Batches ready now, without waiting and without switching (a step of ``poll_batches``)."""
+    reader = stream._current("poll_batches()")
+    held = stream._held.take(max_records)
+    out = as_batches(held) if held else stream._held.filter_batches(reader.poll_batches(0.0, max_records))
+    if out:
+        stream._delivered()
+    return out
+
+
+def fetch_in_threads(stream: HybridStream) -> None:
+    """A Kafka stage's fetch threads fetch themselves: no client call on the loop's thread (as
+    :class:`AsyncSourceStream` sets its stream)."""
+    inner = getattr(stream._reader, "stream", None)
+    if isinstance(inner, SourceStream):
+        handoff_of(inner).inline = False
+
+
+def stage_reader(stream: HybridStream) -> StageReader | None:
+    """The stage being read (None once closed)."""
+    return stream._reader
+
+
+def periodic_checkpoint(stream: HybridStream) -> bool:
+    """Capture a periodic checkpoint (written in the background); whether one was captured."""
+    return stream._periodic_checkpoint()
+
+
+def live_start(stream: HybridStream) -> tuple[StageHandover | None, HybridStateStore | None]:
+    """What the live stage of ``run()`` starts from: the last handover, and the stream's state store."""
+    return stream._state.handover, stream._store
