@@ -121,7 +121,15 @@ class ReaderHandout:
             self._ctx.fail(SourceFailedError(f"source {self._s.source_name}: every reader failed"))
             return False
         moving = [sid for sid in lost if sid not in self._finished and sid in self._splits]
-        positions = self._ctx.delivered_positions(moving)
+        fence = getattr(self._ctx, "fence_positions", None)
+        unfence = getattr(self._ctx, "unfence_positions", None)
+        if fence is not None and unfence is not None and moving:
+            # fenced and at once assigned anew, so guarded: what the failed reader fetched and left in the
+            # hand-off is handed out only past the position the caller reached, never again from the standby
+            positions = {sid: offset for sid, (offset, _ts) in fence(moving).items()}
+            unfence(moving)
+        else:
+            positions = self._ctx.delivered_positions(moving)
         assignment: dict[int, list[KafkaPartitionSplit]] = {}
         load = self._assigner.loads(self._finished)
         for sid in moving:

@@ -4,6 +4,7 @@ fetch-from-follower through client.rack, standby readers and failover without lo
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -115,6 +116,10 @@ def test_standby_takes_over_a_killed_reader_without_loss(rack_cluster: Cluster) 
         f"after-p{p}-{i}".encode() for p in range(6) for i in range(10)
     }
     assert values == expected, f"lost {len(expected - values)} records"
+    twice = [v for v, n in Counter(r.value for r in got).items() if n > 1]
+    assert not twice, (
+        f"{len(twice)} records returned twice in one run (the failed reader's and the standby's)"
+    )
     assert failovers == 1.0
     assert after["failovers"] and after["failovers"][0]["reader"] == victim
     moved_to = {after["placement"][sid]["reader"] for sid in victims_splits}
