@@ -1,0 +1,271 @@
+"""The Spark source (API.md section 10) on real local Spark with the suite's Apache Kafka clusters.
+
+One Spark session for the module (``local[2]``; a session takes seconds to start). Queries use
+``trigger(availableNow=True)`` or ``processAllAvailable()``: they end when Spark has read what there is, no
+test waits for a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cluster import Cluster
+from harness.scenario import cluster_md, stream
+from multicluster_source.testing import write_metadata_file
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (the spark extra)")
+
+pytestmark = pytest.mark.integration
+
+SECRET_ENV = "MCS_SPARK_TEST_CLIENT_ID"
+SECRET = "client-id-from-the-environment-5f3a"
+
+SCHEMA = (
+    "struct<cluster:string,key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+    "timestamp:timestamp,timestampType:int>"
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """One local Spark session for the module, with the format registered."""
+    from pyspark.sql import SparkSession
+
+    from multicluster_source.spark import register
+
+    # Spark's Python workers are started by the JVM with its environment: set what they need before it starts
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ[SECRET_ENV] = SECRET
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("multicluster-source-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _source(spark: Any, metadata: Path, **options: str) -> Any:
+    reader = spark.readStream.format("multicluster-kafka").option("metadataFile", str(metadata))
+    reader = reader.option("streamIds", options.pop("streamIds", "s"))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _available_now(df: Any, where: Path) -> tuple[Any, list[Any]]:
+    """Run ``df`` to a parquet sink with ``trigger(availableNow=True)``; the query and the rows written."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(where / "out"))
+        .option("checkpointLocation", str(where / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark = df.sparkSession
+    rows = spark.read.parquet(str(where / "out")).collect() if (where / "out").exists() else []
+    return query, rows
+
+
+def _values(rows: list[Any]) -> Counter[bytes]:
+    return Counter(bytes(r["value"]) for r in rows)
+
+
+def _positions(rows: list[Any]) -> Counter[tuple[str, str, int, int]]:
+    return Counter((r["cluster"], r["topic"], r["partition"], r["offset"]) for r in rows)
+
+
+def _expected(sent: list[tuple[int, bytes]]) -> Counter[bytes]:
+    return Counter(value for _p, value in sent)
+
+
+def test_schema_and_every_record_of_two_clusters_once_into_parquet(
+    spark: Any, kafka_clusters: Callable[[int], list[Cluster]], tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    ta = east.create_topic("spark-a", partitions=2)
+    tb = west.create_topic("spark-b", partitions=3)
+    sent = east.produce_n(ta, 300, partitions=2, prefix="east") + west.produce_n(
+        tb, 200, partitions=3, prefix="w"
+    )
+    metadata = write_metadata_file(
+        tmp_path / "streams.yaml", [stream("s", cluster_md(east, ta), cluster_md(west, tb))]
+    )
+    df = _source(spark, metadata, startingOffsets="earliest")
+    assert df.schema.simpleString() == SCHEMA
+    _query, rows = _available_now(df, tmp_path)
+    assert _values(rows) == _expected(sent)
+    assert max(_positions(rows).values()) == 1
+    assert {(r["cluster"], r["topic"]) for r in rows} == {(east.cluster_id, ta), (west.cluster_id, tb)}
+    assert {r["timestampType"] for r in rows} == {0}
+    assert all(r["timestamp"] is not None for r in rows)
+
+
+def test_headers_column_with_include_headers(spark: Any, kafka_cluster: Cluster, tmp_path: Path) -> None:
+    topic = kafka_cluster.create_topic("spark-h", partitions=1)
+    kafka_cluster.produce(topic, [b"with"], key=b"k", headers=[("h1", b"v1"), ("h2", b"v2")])
+    kafka_cluster.produce(topic, [b"without"])
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    df = _source(spark, metadata, startingOffsets="earliest", includeHeaders="true")
+    assert df.schema.simpleString() == SCHEMA[:-1] + ",headers:array<struct<key:string,value:binary>>>"
+    _query, rows = _available_now(df, tmp_path)
+    by_value = {bytes(r["value"]): r for r in rows}
+    assert [(h["key"], bytes(h["value"])) for h in by_value[b"with"]["headers"]] == [
+        ("h1", b"v1"),
+        ("h2", b"v2"),
+    ]
+    assert bytes(by_value[b"with"]["key"]) == b"k"
+    assert by_value[b"without"]["headers"] is None
+    assert by_value[b"without"]["key"] is None
+
+
+def _memory_rows(spark: Any, name: str) -> list[Any]:
+    return list(spark.sql(f"SELECT * FROM {name}").collect())
+
+
+def test_a_cluster_added_and_a_topic_removed_and_added_back_under_a_running_query(
+    spark: Any, kafka_clusters: Callable[[int], list[Cluster]], tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    ta = east.create_topic("spark-keep", partitions=2)
+    tc = east.create_topic("spark-back", partitions=1)
+    tb = west.create_topic("spark-new", partitions=2)
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", cluster_md(east, ta, tc))])
+    sent = east.produce_n(ta, 20, partitions=2, prefix="a1") + east.produce_n(
+        tc, 10, partitions=1, prefix="c1"
+    )
+    name = "moving_" + os.urandom(4).hex()
+    df = _source(spark, path, startingOffsets="earliest")
+    query = df.writeStream.format("memory").queryName(name).start()
+    try:
+        query.processAllAvailable()
+        assert _values(_memory_rows(spark, name)) == _expected(sent)
+
+        # west added, the topic "back" removed: its new records are not read while it is out
+        write_metadata_file(path, [stream("s", cluster_md(east, ta), cluster_md(west, tb))])
+        query.processAllAvailable()
+        sent += east.produce_n(ta, 10, partitions=2, prefix="a2") + west.produce_n(
+            tb, 10, partitions=2, prefix="b"
+        )
+        out_while_removed = east.produce_n(tc, 5, partitions=1, prefix="c2")
+        query.processAllAvailable()
+        assert _values(_memory_rows(spark, name)) == _expected(sent)
+
+        # the topic added back: it resumes after the last record read of it, nothing read twice
+        write_metadata_file(path, [stream("s", cluster_md(east, ta, tc), cluster_md(west, tb))])
+        query.processAllAvailable()
+        rows = _memory_rows(spark, name)
+        assert _values(rows) == _expected(sent + out_while_removed)
+        assert max(_positions(rows).values()) == 1
+    finally:
+        query.stop()
+
+
+def test_max_offsets_per_trigger_bounds_each_micro_batch(
+    spark: Any, kafka_clusters: Callable[[int], list[Cluster]], tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    ta = east.create_topic("spark-max", partitions=2)
+    tb = west.create_topic("spark-max", partitions=1)
+    sent = east.produce_n(ta, 70, partitions=2, prefix="e") + west.produce_n(tb, 30, partitions=1, prefix="w")
+    metadata = write_metadata_file(
+        tmp_path / "streams.yaml", [stream("s", cluster_md(east, ta), cluster_md(west, tb))]
+    )
+    df = _source(spark, metadata, startingOffsets="earliest", maxOffsetsPerTrigger="30")
+    query, rows = _available_now(df, tmp_path)
+    batches = [p["numInputRows"] for p in query.recentProgress]
+    assert batches and max(batches) <= 30
+    assert sum(batches) == 100
+    assert _values(rows) == _expected(sent)
+
+
+def test_starting_offsets_latest_by_default(spark: Any, kafka_cluster: Cluster, tmp_path: Path) -> None:
+    topic = kafka_cluster.create_topic("spark-latest", partitions=2)
+    kafka_cluster.produce_n(topic, 10, partitions=2, prefix="before")
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    name = "latest_" + os.urandom(4).hex()
+    query = _source(spark, metadata).writeStream.format("memory").queryName(name).start()
+    try:
+        query.processAllAvailable()
+        assert _memory_rows(spark, name) == []
+        after = kafka_cluster.produce_n(topic, 6, partitions=2, prefix="after")
+        query.processAllAvailable()
+        assert _values(_memory_rows(spark, name)) == _expected(after)
+    finally:
+        query.stop()
+
+
+def test_starting_offsets_as_json(spark: Any, kafka_cluster: Cluster, tmp_path: Path) -> None:
+    t1 = kafka_cluster.create_topic("spark-json", partitions=2)
+    t2 = kafka_cluster.create_topic("spark-json-other", partitions=1)
+    kafka_cluster.produce(t1, [f"p0-{i}" for i in range(5)], partition=0)
+    kafka_cluster.produce(t1, [f"p1-{i}" for i in range(5)], partition=1)
+    kafka_cluster.produce(t2, [f"o-{i}" for i in range(3)], partition=0)
+    metadata = write_metadata_file(
+        tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, t1, t2))]
+    )
+    cid = kafka_cluster.cluster_id
+    starting = json.dumps({f"{cid}/{t1}/0": 3, f"{cid}/{t1}/1": -1})
+    _query, rows = _available_now(_source(spark, metadata, startingOffsets=starting), tmp_path)
+    # partition 0 from offset 3, partition 1 from its end, the topic left out of the map from its start
+    assert _values(rows) == Counter([b"p0-3", b"p0-4", b"o-0", b"o-1", b"o-2"])
+
+
+def test_bad_options_name_the_option(spark: Any, kafka_cluster: Cluster, tmp_path: Path) -> None:
+    topic = kafka_cluster.create_topic("spark-bad", partitions=1)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    with pytest.raises(Exception, match="metadataFile"):
+        spark.readStream.format("multicluster-kafka").option("streamIds", "s").load()
+    with pytest.raises(Exception, match="startingOffsets"):
+        _source(spark, metadata, startingOffsets="{not json")
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger"):
+        _source(spark, metadata, maxOffsetsPerTrigger="many")
+    for options, named in [({"streamIds": "nope"}, "streamIds"), ({}, "missing.yaml")]:
+        where = metadata if options else tmp_path / "missing.yaml"
+        query = (
+            _source(spark, where, **options)
+            .writeStream.format("memory")
+            .queryName("bad_" + os.urandom(4).hex())
+            .start()
+        )
+        with pytest.raises(Exception, match=named):
+            query.awaitTermination()
+
+
+def test_a_placeholder_in_a_client_property_stays_out_of_the_offsets(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic("spark-secret", partitions=2)
+    sent = kafka_cluster.produce_n(topic, 10, partitions=2)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    df = _source(spark, metadata, startingOffsets="earliest", **{"kafka.client.id": f"${{env:{SECRET_ENV}}}"})
+    query, rows = _available_now(df, tmp_path)
+    assert _values(rows) == _expected(sent)  # the executors resolved the placeholder to make their consumers
+    offsets = [p.read_text() for p in (tmp_path / "checkpoint" / "offsets").iterdir() if p.name.isdigit()]
+    assert offsets
+    logged = [json.loads(text.splitlines()[-1]) for text in offsets]  # the source's offset: the last line
+    assert {f"{kafka_cluster.cluster_id}/{topic}/{p}" for p in (0, 1)} <= set().union(*logged)
+    for text in offsets:
+        assert SECRET not in text
+        assert "${env:" not in text
+    assert all(SECRET not in progress.json for progress in query.recentProgress)
