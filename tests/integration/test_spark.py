@@ -269,3 +269,30 @@ def test_a_placeholder_in_a_client_property_stays_out_of_the_offsets(
         assert SECRET not in text
         assert "${env:" not in text
     assert all(SECRET not in progress.json for progress in query.recentProgress)
+
+
+def _deleted_before(cluster: Cluster, topic: str, offset: int) -> None:
+    """Delete the records of partition 0 before ``offset``, as retention would."""
+    from confluent_kafka import TopicPartition
+
+    futures = cluster.admin().delete_records([TopicPartition(topic, 0, offset)])
+    for future in futures.values():
+        future.result(30)
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
+def test_records_deleted_before_they_are_read(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path, fail: bool
+) -> None:
+    topic = kafka_cluster.create_topic("spark-loss", partitions=1)
+    kafka_cluster.produce(topic, [f"r-{i}" for i in range(10)], partition=0)
+    _deleted_before(kafka_cluster, topic, 4)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    split = f"{kafka_cluster.cluster_id}/{topic}/0"
+    df = _source(spark, metadata, startingOffsets=json.dumps({split: 0}), failOnDataLoss=str(fail).lower())
+    if fail:
+        with pytest.raises(Exception, match=split):
+            _available_now(df, tmp_path)
+    else:
+        _query, rows = _available_now(df, tmp_path)
+        assert _values(rows) == Counter(f"r-{i}".encode() for i in range(4, 10))
