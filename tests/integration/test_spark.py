@@ -296,3 +296,30 @@ def test_records_deleted_before_they_are_read(
     else:
         _query, rows = _available_now(df, tmp_path)
         assert _values(rows) == Counter(f"r-{i}".encode() for i in range(4, 10))
+
+
+def test_a_restart_goes_on_where_the_checkpoint_ends_and_a_removed_topic_keeps_its_position(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    ta = kafka_cluster.create_topic("spark-restart", partitions=2)
+    tc = kafka_cluster.create_topic("spark-restart-back", partitions=1)
+    path = tmp_path / "streams.yaml"
+    both = [stream("s", cluster_md(kafka_cluster, ta, tc))]
+    write_metadata_file(path, both)
+    sent = kafka_cluster.produce_n(ta, 10, partitions=2, prefix="a1") + kafka_cluster.produce_n(
+        tc, 4, partitions=1, prefix="c1"
+    )
+    _available_now(_source(spark, path, startingOffsets="earliest"), tmp_path)
+
+    # the next run without the topic "back": its new records wait, the other topic's are read
+    write_metadata_file(path, [stream("s", cluster_md(kafka_cluster, ta))])
+    sent += kafka_cluster.produce_n(ta, 6, partitions=2, prefix="a2")
+    waiting = kafka_cluster.produce_n(tc, 3, partitions=1, prefix="c2")
+    _query, rows = _available_now(_source(spark, path, startingOffsets="earliest"), tmp_path)
+    assert _values(rows) == _expected(sent)
+
+    # the topic back in the next run: it resumes where the first run left it
+    write_metadata_file(path, both)
+    _query, rows = _available_now(_source(spark, path, startingOffsets="earliest"), tmp_path)
+    assert _values(rows) == _expected(sent + waiting)
+    assert max(_positions(rows).values()) == 1
