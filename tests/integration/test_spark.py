@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from harness.cluster import Cluster
+from harness.cluster import Cluster, unique_name
 from harness.scenario import cluster_md, stream
 from multicluster_source.testing import write_metadata_file
 
@@ -323,3 +323,34 @@ def test_a_restart_goes_on_where_the_checkpoint_ends_and_a_removed_topic_keeps_i
     _query, rows = _available_now(_source(spark, path, startingOffsets="earliest"), tmp_path)
     assert _values(rows) == _expected(sent + waiting)
     assert max(_positions(rows).values()) == 1
+
+
+def test_transactions_committed_records_once_aborted_and_open_ones_never(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    topic = kafka_cluster.create_topic("spark-tx", partitions=1)
+    producer = Producer(
+        kafka_cluster.client_config(
+            **{"transactional.id": unique_name("tx"), "transaction.timeout.ms": "900000"}
+        )
+    )
+    producer.init_transactions(30)
+    for outcome, prefix in [("commit", "c1"), ("abort", "aborted"), ("commit", "c2")]:
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, value=f"{prefix}-{i}".encode(), partition=0)
+        (producer.commit_transaction if outcome == "commit" else producer.abort_transaction)(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open-0", partition=0)
+    producer.flush(30)  # in the log, its transaction still open: past the last stable offset
+    try:
+        metadata = write_metadata_file(
+            tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))]
+        )
+        # ranges end on transaction markers: a read that waited for a record there would not end
+        _query, rows = _available_now(_source(spark, metadata, startingOffsets="earliest"), tmp_path)
+        assert _values(rows) == Counter(f"{p}-{i}".encode() for p in ("c1", "c2") for i in range(3))
+    finally:
+        producer.abort_transaction(30)
