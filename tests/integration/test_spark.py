@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from harness.cluster import Cluster, unique_name
-from harness.scenario import cluster_md, stream
+from harness.scenario import cluster_md, stream, wait_for
 from multicluster_source.testing import write_metadata_file
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (the spark extra)")
@@ -354,3 +356,43 @@ def test_transactions_committed_records_once_aborted_and_open_ones_never(
         assert _values(rows) == Counter(f"{p}-{i}".encode() for p in ("c1", "c2") for i in range(3))
     finally:
         producer.abort_transaction(30)
+
+
+def _job(metadata: Path, where: Path, mode: str) -> subprocess.Popen[bytes]:
+    job = Path(__file__).parent / "jobs" / "spark_job.py"
+    args = [sys.executable, str(job), str(metadata), str(where / "out"), str(where / "checkpoint"), mode]
+    return subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _logged(where: Path, log: str) -> int:
+    folder = where / "checkpoint" / log
+    return sum(1 for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else 0
+
+
+def test_a_driver_killed_mid_batch_is_replayed_into_parquet_exactly_once(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic("spark-kill", partitions=2)
+    sent = kafka_cluster.produce_n(topic, 300, partitions=2)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    job = _job(metadata, tmp_path, "follow")
+    try:
+        # killed once a micro-batch is in the offset log and not yet committed, after two that were
+        def planned() -> bool:
+            commits = _logged(tmp_path, "commits")
+            return commits >= 2 and _logged(tmp_path, "offsets") > commits
+
+        assert wait_for(lambda: planned() or job.poll() is not None, timeout=120, interval=0.02)
+        assert job.poll() is None, job.stderr.read().decode() if job.stderr else ""
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # the driver and the JVM it started
+        job.wait()
+        if job.stderr:
+            job.stderr.close()
+    assert _logged(tmp_path, "commits") < 6  # it was killed before the end
+    again = _job(metadata, tmp_path, "available-now")
+    _out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err.decode()[-3000:]
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert _values(rows) == _expected(sent)
+    assert max(_positions(rows).values()) == 1
