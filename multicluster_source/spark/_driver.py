@@ -10,6 +10,7 @@ the cluster's client configuration (placeholders resolved here, in this process,
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +26,15 @@ from multicluster_source.framework._split import make_split_id, parse_split_id
 from multicluster_source.metadata._file import FileMetadataService
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
-from multicluster_source.spark._offsets import Range, encode_offset, plan_ranges, spread_limit
+from multicluster_source.spark._commits import GroupCommits
+from multicluster_source.spark._offsets import (
+    Range,
+    backlog,
+    encode_offset,
+    plan_ranges,
+    split_ranges,
+    spread_limit,
+)
 from multicluster_source.spark._options import EARLIEST, LATEST, SparkOptions
 
 __all__ = ["DataLossError", "Planner"]
@@ -63,6 +72,12 @@ class Planner:
         self._loaded = False
         self._target: dict[str, int] | None = None
         self._warned: set[str] = set()
+        self._last_batch = time.monotonic()
+        self._commits: GroupCommits | None = None
+        if options.commit_group_id:
+            self._commits = GroupCommits(
+                options.commit_group_id, options.client_properties, options.group_id_prefix
+            )
 
     # ------------------------------------------------------------------------------------ metadata
 
@@ -227,8 +242,21 @@ class Planner:
                 )
         if self._target is not None:
             latest = {k: min(v, self._target[k]) for k, v in latest.items()}
+        elif self._waits(backlog(positions, latest)):
+            return encode_offset(positions)
         positions.update(spread_limit(positions, latest, limit))
+        if positions != start:
+            self._last_batch = time.monotonic()
         return encode_offset(positions)
+
+    def _waits(self, records: int) -> bool:
+        """``minOffsetsPerTrigger``: fewer records than that wait, up to ``maxTriggerDelay`` since the last
+        micro-batch (not in an ``AvailableNow`` run, which reads what there is)."""
+        least = self._options.min_offsets_per_trigger
+        if least is None or records >= least or records == 0:
+            return False
+        waited_ms = (time.monotonic() - self._last_batch) * 1000.0
+        return waited_ms < self._options.max_trigger_delay_ms
 
     def _checked(
         self, cluster: ClusterMetadata, positions: dict[str, int], latest: dict[str, int]
@@ -254,12 +282,11 @@ class Planner:
         in the metadata (a replay after a restart) fails with ``failOnDataLoss``, else is skipped."""
         if not self._loaded:
             self.refresh()
-        out: list[tuple[Range, ClusterMetadata]] = []
+        readable: list[Range] = []
         for piece in plan_ranges(start, end):
             cid = parse_split_id(piece.split_id)[0]
-            cluster = self.cluster(cid)
-            if cluster is not None:
-                out.append((piece, cluster))
+            if self.cluster(cid) is not None:
+                readable.append(piece)
                 continue
             message = (
                 f"split {piece.split_id}: offsets {piece.start}..{piece.end - 1} were planned but cluster "
@@ -268,7 +295,17 @@ class Planner:
             if self._options.fail_on_data_loss:
                 raise DataLossError(message + "; set failOnDataLoss=false to skip them")
             _log.warning("%s: skipped (failOnDataLoss=false)", message)
+        out: list[tuple[Range, ClusterMetadata]] = []
+        for piece in split_ranges(readable, self._options.min_partitions):
+            cluster = self.cluster(parse_split_id(piece.split_id)[0])
+            assert cluster is not None
+            out.append((piece, cluster))
         return out
+
+    def commit(self, end: Mapping[str, int]) -> None:
+        """A micro-batch ending at ``end`` is committed: owe its offsets to ``commitGroupId`` if set."""
+        if self._commits is not None:
+            self._commits.commit(self._clusters, end)
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:
@@ -276,6 +313,8 @@ class Planner:
             _log.warning(message, *args)
 
     def close(self) -> None:
-        """Let go of the admin clients and the metadata service."""
+        """Let go of the admin clients, the committers and the metadata service."""
         self._admins.clear()
+        if self._commits is not None:
+            self._commits.close()
         self._service.close()

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from multicluster_source.exceptions import CheckpointError
 from multicluster_source.framework._split import parse_split_id
 
-__all__ = ["Range", "decode_offset", "encode_offset", "plan_ranges", "spread_limit"]
+__all__ = [
+    "Range",
+    "backlog",
+    "decode_offset",
+    "encode_offset",
+    "plan_ranges",
+    "split_ranges",
+    "spread_limit",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,11 @@ def decode_offset(offset: Mapping[str, object]) -> dict[str, int]:
     return encode_offset(out)
 
 
+def backlog(start: Mapping[str, int], latest: Mapping[str, int]) -> int:
+    """Records (offsets) between ``start`` and ``latest`` over the splits of both."""
+    return sum(max(0, v - start[k]) for k, v in latest.items() if k in start)
+
+
 def spread_limit(start: Mapping[str, int], latest: Mapping[str, int], limit: int | None) -> dict[str, int]:
     """Where each split of ``latest`` ends this micro-batch: at its latest offset, or, when the backlog over
     all splits is more than ``limit`` records, after a share of ``limit`` proportional to its backlog.
@@ -89,3 +102,19 @@ def plan_ranges(start: Mapping[str, int], end: Mapping[str, int]) -> list[Range]
         Range(key, start[key], end[key]) for key in sorted(end) if key in start and end[key] > start[key]
     ]
     return ranges
+
+
+def split_ranges(ranges: list[Range], min_partitions: int | None) -> list[Range]:
+    """``ranges`` cut into at least ``min_partitions`` pieces where they are long enough: the longest range
+    is halved until there are enough (ranges of one record stay whole). Sorted by split id, then start."""
+    out = list(ranges)
+    if min_partitions is None:
+        return out
+    while len(out) < min_partitions:
+        longest = max(out, key=lambda r: (r.size, r.split_id), default=None)
+        if longest is None or longest.size < 2:
+            break
+        middle = longest.start + longest.size // 2
+        out.remove(longest)
+        out += [Range(longest.split_id, longest.start, middle), Range(longest.split_id, middle, longest.end)]
+    return sorted(out, key=lambda r: (r.split_id, r.start))

@@ -8,6 +8,7 @@ written: a ``${env:...}`` or ``${file:...}`` placeholder is resolved only where 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,6 +29,10 @@ OPTION_NAMES = (
     "streamIds",
     "startingOffsets",
     "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "commitGroupId",
     "includeHeaders",
     "failOnDataLoss",
     "groupIdPrefix",
@@ -37,10 +42,12 @@ OPTION_NAMES = (
 
 _REFUSED_CLIENT_KEYS = {
     "bootstrap.servers": "the bootstrap servers of every cluster come from the metadata file",
-    "group.id": "the source makes its own group ids (set groupIdPrefix)",
+    "group.id": "the source's consumers use no group (set groupIdPrefix; commitGroupId commits offsets)",
     "enable.auto.commit": "the source never commits offsets: Spark's checkpoint holds them",
 }
 _BOOLEANS = {"true": True, "false": False}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,10 @@ class SparkOptions:
     stream_ids: tuple[str, ...]
     starting: StartingOffsets
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    min_partitions: int | None
+    commit_group_id: str | None
     client_properties: Mapping[str, str]
     include_headers: bool
     fail_on_data_loss: bool
@@ -96,6 +107,14 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise ConfigurationError(f"option {name}: expected a positive integer, got {raw!r}")
     return value
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    raw = _get(options, name)
+    match = _DURATION.match(raw if raw is not None else default)
+    if match is None:
+        raise ConfigurationError(f"option {name}: expected a duration such as 30s, 15m or 500ms, got {raw!r}")
+    return int(match.group(1)) * _UNIT_MS[(match.group(2) or "ms").lower()]
 
 
 def parse_starting_offsets(raw: str | None) -> StartingOffsets:
@@ -161,6 +180,10 @@ def parse_options(options: Mapping[str, str]) -> SparkOptions:
         stream_ids=stream_ids,
         starting=parse_starting_offsets(_get(options, "startingOffsets")),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", "15m"),
+        min_partitions=_positive_int(options, "minPartitions"),
+        commit_group_id=(_get(options, "commitGroupId") or "").strip() or None,
         client_properties=client_properties(options),
         include_headers=_bool(options, "includeHeaders", False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),

@@ -116,7 +116,9 @@ class MultiClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return read_range(task)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: Spark's checkpoint holds the positions."""
+        """A micro-batch is committed (Spark's checkpoint holds the positions); with ``commitGroupId`` its
+        offsets are committed to the clusters too."""
+        self.planner.commit(decode_offset(end))
 
     def stop(self) -> None:
         """Let go of the driver's clients."""

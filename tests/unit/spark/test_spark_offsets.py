@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from multicluster_source.exceptions import CheckpointError
-from multicluster_source.spark._offsets import Range, decode_offset, encode_offset, plan_ranges, spread_limit
+from multicluster_source.spark._offsets import (
+    Range,
+    backlog,
+    decode_offset,
+    encode_offset,
+    plan_ranges,
+    split_ranges,
+    spread_limit,
+)
 
 
 def test_offsets_are_written_with_sorted_keys_whatever_the_order_they_were_made_in() -> None:
@@ -77,3 +86,27 @@ def test_shares_never_pass_the_limit_nor_a_latest_offset_and_always_make_progres
     assert moved == min(limit, backlog)
     assert all(start[k] <= ends[k] <= latest[k] for k in start)
     assert list(ends) == sorted(ends)
+
+
+def test_the_backlog_counts_the_splits_of_both_offsets() -> None:
+    assert backlog({"e/a/0": 5, "e/a/1": 9, "gone/x/0": 3}, {"e/a/0": 8, "e/a/1": 9, "new/y/0": 40}) == 3
+
+
+def test_min_partitions_halves_the_longest_ranges_until_there_are_enough() -> None:
+    ranges = [Range("e/a/0", 0, 100), Range("e/b/0", 10, 20)]
+    assert split_ranges(ranges, None) == ranges
+    assert split_ranges(ranges, 2) == ranges
+    assert split_ranges(ranges, 3) == [Range("e/a/0", 0, 50), Range("e/a/0", 50, 100), Range("e/b/0", 10, 20)]
+    assert len(split_ranges(ranges, 8)) == 8
+    assert split_ranges([Range("e/a/0", 0, 2)], 5) == [Range("e/a/0", 0, 1), Range("e/a/0", 1, 2)]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 500)), min_size=1, max_size=6), st.integers(1, 40)
+)
+def test_split_ranges_cover_every_offset_once(pieces: list[tuple[int, int]], wanted: int) -> None:
+    ranges = [Range(f"c/t/{i}", start, start + size) for i, (start, size) in enumerate(pieces)]
+    out = split_ranges(ranges, wanted)
+    covered = Counter((r.split_id, o) for r in out for o in range(r.start, r.end))
+    assert covered == Counter((r.split_id, o) for r in ranges for o in range(r.start, r.end))
+    assert len(out) >= min(wanted, sum(r.size for r in ranges))

@@ -79,3 +79,16 @@ def test_an_older_pyspark_gets_an_error_naming_the_version_needed(monkeypatch: p
     monkeypatch.setattr(metadata, "version", lambda name: "3.5.1")
     with pytest.raises(ImportError, match=r"pyspark>=4\.2.*3\.5\.1"):
         spark_package.register(object())
+
+
+def test_trigger_options_take_sparks_durations() -> None:
+    assert parse_options(BASE).max_trigger_delay_ms == 15 * 60_000
+    assert parse_options({**BASE, "maxTriggerDelay": "30s"}).max_trigger_delay_ms == 30_000
+    assert parse_options({**BASE, "maxTriggerDelay": "250"}).max_trigger_delay_ms == 250
+    assert parse_options({**BASE, "maxTriggerDelay": "2h"}).max_trigger_delay_ms == 7_200_000
+    with pytest.raises(ConfigurationError, match="maxTriggerDelay"):
+        parse_options({**BASE, "maxTriggerDelay": "soon"})
+    parsed = parse_options(
+        {**BASE, "minOffsetsPerTrigger": "5", "minPartitions": "4", "commitGroupId": " lag "}
+    )
+    assert (parsed.min_offsets_per_trigger, parsed.min_partitions, parsed.commit_group_id) == (5, 4, "lag")
