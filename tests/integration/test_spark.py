@@ -396,3 +396,59 @@ def test_a_driver_killed_mid_batch_is_replayed_into_parquet_exactly_once(
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert _values(rows) == _expected(sent)
     assert max(_positions(rows).values()) == 1
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic("spark-min", partitions=2)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    first = kafka_cluster.produce_n(topic, 6, partitions=2, prefix="first")
+    name = "min_" + os.urandom(4).hex()
+    df = _source(spark, metadata, startingOffsets="earliest", minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    query = df.writeStream.format("memory").queryName(name).start()
+    try:
+        query.processAllAvailable()
+        assert _memory_rows(spark, name) == []
+        second = kafka_cluster.produce_n(topic, 6, partitions=2, prefix="second")
+        query.processAllAvailable()
+        assert _values(_memory_rows(spark, name)) == _expected(first + second)
+    finally:
+        query.stop()
+
+
+def test_min_partitions_cuts_a_split_into_more_tasks(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic("spark-minparts", partitions=1)
+    sent = kafka_cluster.produce_n(topic, 100, partitions=1)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    seen: list[tuple[int, list[bytes]]] = []
+
+    def batch(frame: Any, _batch_id: int) -> None:
+        seen.append((frame.rdd.getNumPartitions(), [bytes(r["value"]) for r in frame.collect()]))
+
+    df = _source(spark, metadata, startingOffsets="earliest", minPartitions="4")
+    df.writeStream.foreachBatch(batch).trigger(availableNow=True).start().awaitTermination()
+    assert max(n for n, _rows in seen) == 4
+    assert Counter(v for _n, rows in seen for v in rows) == _expected(sent)
+
+
+def test_commit_group_id_gets_the_offsets_of_committed_micro_batches(
+    spark: Any, kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic("spark-lag", partitions=2)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])
+    group = unique_name("spark-lag")
+    name = "lag_" + os.urandom(4).hex()
+    df = _source(spark, metadata, startingOffsets="earliest", commitGroupId=group)
+    query = df.writeStream.format("memory").queryName(name).start()
+    try:
+        kafka_cluster.produce_n(topic, 10, partitions=2)
+        query.processAllAvailable()
+        kafka_cluster.produce_n(topic, 4, partitions=2)
+        query.processAllAvailable()  # Spark tells the source a micro-batch is done when it plans the next
+        ends = ({0: 5, 1: 5}, {0: 7, 1: 7})
+        assert wait_for(lambda: kafka_cluster.committed_offsets(group, topic, 2) in ends, timeout=60)
+    finally:
+        query.stop()
