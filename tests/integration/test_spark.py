@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from harness.cluster import Cluster, unique_name
 from harness.scenario import cluster_md, stream, wait_for
+from multicluster_source import ClusterMetadata
 from multicluster_source.testing import write_metadata_file
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (the spark extra)")
@@ -452,3 +454,28 @@ def test_commit_group_id_gets_the_offsets_of_committed_micro_batches(
         assert wait_for(lambda: kafka_cluster.committed_offsets(group, topic, 2) in ends, timeout=60)
     finally:
         query.stop()
+
+
+def test_a_sasl_ssl_cluster_read_by_executors_with_a_password_from_a_file(
+    spark: Any, secured_cluster: Callable[[str], Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sec = secured_cluster("sasl_ssl")
+    user, password = unique_name("user"), f"pw-{uuid.uuid4().hex}"
+    sec.add_scram_user(user, password)
+    topic = sec.create_topic("spark-sasl", partitions=2)
+    sent = sec.produce_n(topic, 20, partitions=2)
+    secret = tmp_path / "password"
+    secret.write_text(password + "\n")
+    properties = {k: v for k, v in sec.sasl_properties(user, password).items() if k != "sasl.password"}
+    properties["sasl.password"] = f"${{file:{secret}}}"  # resolved where each client is made
+    secured = ClusterMetadata("sec", sec.secure_bootstrap_servers, frozenset({topic}), properties)
+    metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", secured)])
+    df = _source(spark, metadata, startingOffsets="earliest")
+    df.explain(True)
+    query, rows = _available_now(df, tmp_path)
+    assert _values(rows) == _expected(sent)
+    assert {r["cluster"] for r in rows} == {"sec"}
+    assert password not in capsys.readouterr().out
+    written = [p.read_bytes() for p in (tmp_path / "checkpoint").rglob("*") if p.is_file()]
+    assert written and not any(password.encode() in data for data in written)
+    assert all(password not in progress.json for progress in query.recentProgress)
