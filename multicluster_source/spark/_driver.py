@@ -23,7 +23,8 @@ from multicluster_source.framework._clientconf import (
     merge_stream_clusters,
 )
 from multicluster_source.framework._split import make_split_id, parse_split_id
-from multicluster_source.metadata._file import FileMetadataService
+from multicluster_source.metadata._configmap import ConfigMapMetadataService
+from multicluster_source.metadata._file import FileMetadataService, WatchedMetadataService
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._commits import GroupCommits
@@ -63,7 +64,13 @@ class Planner:
 
     def __init__(self, options: SparkOptions) -> None:
         self._options = options
-        self._service = FileMetadataService(options.metadata_file, poll_interval=0, watch=False)
+        self._service: WatchedMetadataService = (
+            FileMetadataService(options.metadata_file, poll_interval=0, watch=False)
+            if options.metadata_key is None
+            else ConfigMapMetadataService(
+                options.metadata_file, options.metadata_key, poll_interval=0, watch=False
+            )
+        )
         self._clusters: dict[str, ClusterMetadata] = {}
         self._seen: dict[str, ClusterMetadata] = {}
         """Every cluster the metadata described during this run, as last described (ranges planned
@@ -82,27 +89,25 @@ class Planner:
     # ------------------------------------------------------------------------------------ metadata
 
     def refresh(self) -> dict[str, ClusterMetadata]:
-        """Read the metadata file again; the clusters of the subscribed streams now. A file that cannot
-        be read or is invalid fails the first read (naming the file); later, the last good one stays."""
+        """Read the metadata file (or ConfigMap) again; the clusters of the subscribed streams now. Metadata
+        that cannot be read or is invalid fails the first read (naming the option and file); later, the last
+        good metadata stays."""
         options = self._options
         try:
             found = self._service.describe_streams(options.stream_ids)
             clusters = merge_stream_clusters([c for s in found.values() for c in s.clusters.values()])
         except (MetadataError, ValueError) as exc:
             if not self._loaded:
-                raise ConfigurationError(f"option metadataFile {options.metadata_file!r}: {exc}") from exc
+                raise ConfigurationError(f"{options.metadata_option}: {exc}") from exc
             self._warn_once(
-                f"metadata:{exc}",
-                "metadata file %s: %s; keeping the last good metadata",
-                options.metadata_file,
-                exc,
+                f"metadata:{exc}", "%s: %s; keeping the last good metadata", options.metadata_option, exc
             )
             return self._clusters
         missing = sorted(set(options.stream_ids) - set(found))
         if missing and not self._loaded:
             raise ConfigurationError(
-                f"option streamIds: stream(s) {', '.join(missing)} not in the metadata file "
-                f"{options.metadata_file!r}"
+                f"option streamIds: stream(s) {', '.join(missing)} not in the metadata of "
+                f"{options.metadata_option}"
             )
         added = sorted(set(clusters) - set(self._clusters))
         removed = sorted(set(self._clusters) - set(clusters))

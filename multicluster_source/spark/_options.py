@@ -15,6 +15,7 @@ from typing import Literal
 
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._split import parse_split_id
+from multicluster_source.metadata._configmap import DEFAULT_KEY
 
 __all__ = ["FORMAT", "OPTION_NAMES", "SparkOptions", "StartingOffsets", "parse_options"]
 
@@ -26,6 +27,8 @@ LATEST = -1
 
 OPTION_NAMES = (
     "metadataFile",
+    "metadataConfigMap",
+    "metadataConfigMapKey",
     "streamIds",
     "startingOffsets",
     "maxOffsetsPerTrigger",
@@ -64,6 +67,9 @@ class SparkOptions:
     """The parsed options of one query's source. Holds only what the user wrote: never a resolved secret."""
 
     metadata_file: str
+    """The metadata file, or the mounted ConfigMap directory with ``metadata_key``."""
+    metadata_key: str | None
+    """``metadataConfigMapKey`` when the metadata is a mounted ConfigMap (``metadataConfigMap``)."""
     stream_ids: tuple[str, ...]
     starting: StartingOffsets
     max_offsets_per_trigger: int | None
@@ -76,6 +82,13 @@ class SparkOptions:
     fail_on_data_loss: bool
     group_id_prefix: str
     poll_timeout_ms: int
+
+    @property
+    def metadata_option(self) -> str:
+        """The option that names the metadata, with its value (for messages)."""
+        if self.metadata_key is None:
+            return f"option metadataFile {self.metadata_file!r}"
+        return f"option metadataConfigMap {self.metadata_file!r} (key {self.metadata_key!r})"
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -167,8 +180,15 @@ def client_properties(options: Mapping[str, str]) -> dict[str, str]:
 def parse_options(options: Mapping[str, str]) -> SparkOptions:
     """Check and parse the options; a bad one raises :class:`ConfigurationError` naming it."""
     metadata_file = (_get(options, "metadataFile") or "").strip()
-    if not metadata_file:
-        raise ConfigurationError("option metadataFile is required: the path of a metadata file")
+    configmap = (_get(options, "metadataConfigMap") or "").strip()
+    if metadata_file and configmap:
+        raise ConfigurationError("options metadataFile and metadataConfigMap: set one of them, not both")
+    if not (metadata_file or configmap):
+        raise ConfigurationError(
+            "option metadataFile is required: the path of a metadata file (or metadataConfigMap: a mounted "
+            "ConfigMap directory)"
+        )
+    key = (_get(options, "metadataConfigMapKey") or DEFAULT_KEY).strip() if configmap else None
     stream_ids = tuple(
         sorted({s.strip() for s in (_get(options, "streamIds") or "").split(",") if s.strip()})
     )
@@ -176,7 +196,8 @@ def parse_options(options: Mapping[str, str]) -> SparkOptions:
         raise ConfigurationError("option streamIds is required: comma-separated stream ids")
     poll_timeout = _positive_int(options, "kafkaConsumer.pollTimeoutMs")
     return SparkOptions(
-        metadata_file=metadata_file,
+        metadata_file=metadata_file or configmap,
+        metadata_key=key,
         stream_ids=stream_ids,
         starting=parse_starting_offsets(_get(options, "startingOffsets")),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),

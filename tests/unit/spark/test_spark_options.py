@@ -40,6 +40,7 @@ def test_client_properties_lose_their_prefix_and_keep_their_placeholders() -> No
     ("options", "named"),
     [
         ({"streamIds": "s"}, "metadataFile"),
+        ({**BASE, "metadataConfigMap": "/etc/config"}, "metadataConfigMap"),
         ({"metadataFile": "m.yaml"}, "streamIds"),
         ({**BASE, "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
         ({**BASE, "maxOffsetsPerTrigger": "lots"}, "maxOffsetsPerTrigger"),

@@ -9,10 +9,11 @@ import pytest
 
 from multicluster_source import ClusterMetadata, KafkaStream
 from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.metadata import dump_streams
 from multicluster_source.spark._driver import DataLossError, Planner
 from multicluster_source.spark._offsets import Range
 from multicluster_source.spark._options import parse_options
-from multicluster_source.testing import write_metadata_file
+from multicluster_source.testing import make_configmap_volume, update_configmap_volume, write_metadata_file
 
 
 def _file(tmp_path: Path, *clusters: str) -> Path:
@@ -94,3 +95,27 @@ def test_fewer_records_than_min_offsets_per_trigger_wait_up_to_the_delay(tmp_pat
     assert not waiting._waits(0)
     assert not _planner(path, minOffsetsPerTrigger="10", maxTriggerDelay="0s")._waits(9)
     assert not _planner(path)._waits(1)
+
+
+def test_metadata_from_a_mounted_configmap_follows_its_updates(tmp_path: Path) -> None:
+    def streams(*clusters: str) -> str:
+        parts = {c: ClusterMetadata(c, f"{c}:9092", frozenset({"orders"})) for c in clusters}
+        return dump_streams([KafkaStream("s", parts)])
+
+    volume = tmp_path / "volume"
+    make_configmap_volume(volume, {"streams.yaml": streams("east")})
+    planner = Planner(
+        parse_options(
+            {"metadataConfigMap": str(volume), "metadataConfigMapKey": "streams.yaml", "streamIds": "s"}
+        )
+    )
+    assert sorted(planner.refresh()) == ["east"]
+    update_configmap_volume(volume, {"streams.yaml": streams("east", "west")})
+    assert sorted(planner.refresh()) == ["east", "west"]
+    planner.close()
+    with pytest.raises(ConfigurationError, match=r"metadataConfigMap.*other\.yaml"):
+        Planner(
+            parse_options(
+                {"metadataConfigMap": str(volume), "metadataConfigMapKey": "other.yaml", "streamIds": "s"}
+            )
+        ).refresh()
