@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._clientconf import cluster_client_config
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
@@ -241,10 +242,12 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
                 if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    _lost(task, f"offset {position} is out of the partition's range now ({error.str()})")
-                    return
+                    position = _skip_deleted(consumer, task, position, end)
+                    break
                 if error.fatal():
-                    raise DataLossError(f"split {task.split_id}: the consumer failed: {error.str()}")
+                    raise MultiClusterSourceError(
+                        f"split {task.split_id}: the consumer failed: {error.str()}"
+                    )
                 continue
             offset = message.offset()
             if offset >= end:
@@ -265,6 +268,23 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
             yield columns.batch()
     if columns.offsets:
         yield columns.batch()
+
+
+def _skip_deleted(consumer: Any, task: SplitRange, position: int, end: int) -> int:
+    """The partition's records at ``position`` were deleted while the range was read (retention): where
+    reading goes on (``end`` when nothing of the range is left); with ``failOnDataLoss`` an error."""
+    from confluent_kafka import TopicPartition
+
+    tp = TopicPartition(task.topic, task.partition)
+    low, _high = consumer.get_watermark_offsets(tp, timeout=task.poll_timeout_ms / 1000.0, cached=False)
+    if int(low) <= position:  # past the end of the partition: the topic was deleted or truncated
+        _lost(task, f"offsets {position}..{end - 1} are gone (the topic was deleted or truncated)")
+        return end
+    resume = min(int(low), end)
+    _lost(task, f"offsets {position}..{resume - 1} were deleted (retention) while they were read")
+    if resume < end:
+        consumer.assign([TopicPartition(task.topic, task.partition, resume)])
+    return resume
 
 
 def _position(consumer: Any, task: SplitRange) -> int:
