@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.framework._clientprops import validate_client_properties
 from multicluster_source.framework._split import parse_split_id
 from multicluster_source.metadata._configmap import DEFAULT_KEY
 
@@ -174,6 +175,8 @@ def client_properties(options: Mapping[str, str]) -> dict[str, str]:
         if reason is not None:
             raise ConfigurationError(f"option kafka.{name} is not supported: {reason}")
         out[name] = str(value)
+    # librdkafka checks every key (and every value without a placeholder), no broker asked
+    validate_client_properties(out, where="the kafka.* options")
     return dict(sorted(out.items()))
 
 

@@ -50,6 +50,8 @@ def test_client_properties_lose_their_prefix_and_keep_their_placeholders() -> No
         ({**BASE, "startingOffsets": "[1, 2]"}, "startingOffsets"),
         ({**BASE, "kafka.bootstrap.servers": "h:9092"}, "kafka.bootstrap.servers"),
         ({**BASE, "kafka.group.id": "g"}, "kafka.group.id"),
+        ({**BASE, "kafka.fetch.max.bites": "1"}, "fetch.max.bites"),
+        ({**BASE, "kafka.fetch.max.bytes": "lots"}, "fetch.max.bytes"),
     ],
 )
 def test_a_bad_option_is_named(options: dict[str, str], named: str) -> None:
