@@ -80,6 +80,8 @@ class Planner:
         self._target: dict[str, int] | None = None
         self._warned: set[str] = set()
         self._last_batch = time.monotonic()
+        self._down: set[str] = set()
+        """Clusters whose last discovery or offsets request failed (logged once until they answer)."""
         self._commits: GroupCommits | None = None
         if options.commit_group_id:
             self._commits = GroupCommits(
@@ -238,13 +240,15 @@ class Planner:
             except MultiClusterSourceError:
                 raise
             except Exception as exc:
-                self._warn_once(
-                    f"down:{cid}:{type(exc).__name__}",
-                    "cluster=%s: not read this micro-batch: %s: %s",
-                    cid,
-                    type(exc).__name__,
-                    exc,
-                )
+                if cid not in self._down:
+                    _log.warning(
+                        "cluster=%s: not read until it answers: %s: %s", cid, type(exc).__name__, exc
+                    )
+                self._down.add(cid)
+                continue
+            if cid in self._down:
+                self._down.discard(cid)
+                _log.info("cluster=%s: answers again", cid)
         if self._target is not None:
             latest = {k: min(v, self._target[k]) for k, v in latest.items()}
         elif self._waits(backlog(positions, latest)):

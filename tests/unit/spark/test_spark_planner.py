@@ -119,3 +119,34 @@ def test_metadata_from_a_mounted_configmap_follows_its_updates(tmp_path: Path) -
                 {"metadataConfigMap": str(volume), "metadataConfigMapKey": "other.yaml", "streamIds": "s"}
             )
         ).refresh()
+
+
+def test_a_cluster_that_does_not_answer_stays_where_it_is_and_is_read_when_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    planner = _planner(_file(tmp_path, "east", "west"))
+    answering = {"east": True, "west": False}
+    ends = {"east": 10, "west": 30}
+
+    def partitions_of(cluster: ClusterMetadata) -> list[tuple[str, int]]:
+        if not answering[cluster.cluster_id]:
+            raise TimeoutError("no answer")
+        return [("orders", 0)]
+
+    def offsets(cluster: ClusterMetadata, kind: str, parts: list[tuple[str, int]]) -> dict[str, int]:
+        return {
+            f"{cluster.cluster_id}/{t}/{p}": 0 if kind == "earliest" else ends[cluster.cluster_id]
+            for t, p in parts
+        }
+
+    monkeypatch.setattr(planner, "partitions_of", partitions_of)
+    monkeypatch.setattr(planner, "offsets", offsets)
+    start = {"east/orders/0": 4, "west/orders/0": 7}
+    with caplog.at_level(logging.INFO, logger="multicluster_source.spark"):
+        assert planner.latest(start, None) == {"east/orders/0": 10, "west/orders/0": 7}
+        assert planner.latest(start, None) == {"east/orders/0": 10, "west/orders/0": 7}
+        answering["west"] = True
+        assert planner.latest(start, None) == {"east/orders/0": 10, "west/orders/0": 30}
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("cluster=west: not read until it answers" in m for m in messages) == 1
+    assert "cluster=west: answers again" in messages
