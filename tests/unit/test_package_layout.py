@@ -16,7 +16,8 @@ ROOT_NAME = "multicluster_source"
 
 # Layers, top first: a module may import its own layer's modules and any lower layer's, never a higher one.
 LAYERS: list[set[str]] = [
-    {"", "tools", "hybrid"},  # the public surface: __init__, source and builder, testing, hybrid; tools
+    # the public surface: __init__, source and builder, testing, hybrid; tools; spark (the Spark source)
+    {"", "tools", "hybrid", "spark"},
     {"runtime"},
     {"enumerator", "reader"},
     {"replicas"},  # position translation to replica clusters (MirrorMaker 2), used by the enumerator

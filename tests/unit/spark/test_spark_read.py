@@ -1,0 +1,117 @@
+"""An executor's read of one split's range, against a consumer that stands for one partition's log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from multicluster_source.spark import _read
+from multicluster_source.spark._driver import DataLossError
+from multicluster_source.spark._read import SplitRange, arrow_schema
+from multicluster_source.spark._read import _read as read_with
+
+
+class _Message:
+    def __init__(self, offset: int, error: KafkaError | None = None, headers: Any = None) -> None:
+        self._offset, self._error, self._headers = offset, error, headers
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return None if self._offset % 2 else f"k{self._offset}".encode()
+
+    def value(self) -> bytes:
+        return f"v{self._offset}".encode()
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+    def headers(self) -> Any:
+        return self._headers
+
+
+class _PartitionLog:
+    """One partition: records at ``offsets`` (gaps are transaction markers), readable up to ``stable``."""
+
+    def __init__(self, offsets: list[int], low: int, stable: int, *, deleted_to: int | None = None) -> None:
+        self.offsets, self.low, self.stable = offsets, low, stable
+        self.deleted_to = deleted_to  # the records below it go away once the first consume is served
+        self.at = -1
+        self.consumes = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
+        return self.low, self.stable
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.at = tps[0].offset
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        self.consumes += 1
+        assert self.consumes < 100, "the read did not end"
+        if self.at < self.low:
+            return [_Message(-1, KafkaError(KafkaError._AUTO_OFFSET_RESET))]
+        out = [_Message(o, headers=[("h", b"x")] if o == 0 else None) for o in self.offsets if o >= self.at]
+        out = [m for m in out if m.offset() < self.stable][:num_messages]
+        if out:
+            self.at = out[-1].offset() + 1
+        else:
+            self.at = self.stable
+            out = [_Message(-1, KafkaError(KafkaError._PARTITION_EOF))]
+        if self.deleted_to is not None:
+            self.low, self.deleted_to = self.deleted_to, None
+        return out
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tps[0].topic, tps[0].partition, self.at)]
+
+
+def _task(start: int, end: int, *, fail: bool = True, headers: bool = False) -> SplitRange:
+    return SplitRange("east", "e:9092", {}, {}, "orders", 0, start, end, headers, fail, "p", 1000)
+
+
+def _offsets(batches: list[Any]) -> list[int]:
+    return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+def test_a_range_that_ends_on_transaction_markers_ends() -> None:
+    log = _PartitionLog([0, 1, 2, 4, 5], low=0, stable=7)  # 3 and 6: markers
+    assert _offsets(list(read_with(_task(1, 7), log))) == [1, 2, 4, 5]
+
+
+def test_batches_have_the_sources_schema_and_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_read, "ROWS_PER_BATCH", 2)
+    batches = list(read_with(_task(0, 5, headers=True), _PartitionLog(list(range(5)), low=0, stable=5)))
+    assert [b.num_rows for b in batches] == [2, 2, 1]
+    assert all(b.schema == arrow_schema(True) for b in batches)
+    rows = [row for b in batches for row in b.to_pylist()]
+    assert rows[0]["headers"] == [{"key": "h", "value": b"x"}]
+    assert rows[1]["headers"] is None
+    assert [r["key"] for r in rows[:2]] == [b"k0", None]
+    assert {(r["cluster"], r["topic"], r["partition"], r["timestampType"]) for r in rows} == {
+        ("east", "orders", 0, 0)
+    }
+    assert rows[3]["timestamp"].timestamp() == pytest.approx(1_700_000_000.003)
+
+
+def test_records_deleted_before_the_read_fail_naming_the_split_or_are_skipped() -> None:
+    with pytest.raises(DataLossError, match="east/orders/0"):
+        list(read_with(_task(0, 8), _PartitionLog(list(range(8)), low=3, stable=8)))
+    batches = read_with(_task(0, 8, fail=False), _PartitionLog(list(range(8)), low=3, stable=8))
+    assert _offsets(list(batches)) == [3, 4, 5, 6, 7]
+
+
+def test_records_deleted_while_they_are_read_are_skipped_with_fail_on_data_loss_false(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_read, "ROWS_PER_BATCH", 2)
+    log = _PartitionLog(list(range(10)), low=0, stable=10, deleted_to=6)
+    assert _offsets(list(read_with(_task(0, 10, fail=False), log))) == [0, 1, 6, 7, 8, 9]
+    log = _PartitionLog(list(range(10)), low=0, stable=10, deleted_to=6)
+    with pytest.raises(DataLossError, match=r"east/orders/0: offsets 2\.\.5"):
+        list(read_with(_task(0, 10), log))
