@@ -51,6 +51,8 @@ def format_table(described: dict[str, Any]) -> str:
             f"recovery after heal: p50 {seconds(described['recovery_p50_s'])}, "
             f"p99 {seconds(described['recovery_p99_s'])}; drained {described['drained']} in "
             f"{described['drain_seconds']:.1f} s",
+            f"healthy clusters' longest gap in delivery while another was faulted: "
+            f"{seconds(described['healthy_gap_max_s'])}",
         ]
     )
 

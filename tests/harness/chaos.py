@@ -20,6 +20,7 @@ Every thread is joined and every process ended before :meth:`ChaosSoak.run` retu
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -97,13 +98,15 @@ class SoakConfig:
 class Fault:
     """One injected fault: its kind, its target (a cluster id, or ``job``), and when it started and was
     healed (seconds since the soak's start); ``recovery`` is the time from its heal until every record
-    acknowledged before the heal had been delivered (None: never, within the run)."""
+    acknowledged before the heal had been delivered (None: never, within the run); ``healthy_gap`` is the
+    longest time, while a cluster's fault lasted, that another cluster went without a record delivered."""
 
     kind: str
     target: str
     started: float
     healed: float | None = None
     recovery: float | None = None
+    healthy_gap: float | None = None
 
 
 @dataclass
@@ -130,6 +133,10 @@ class SoakResult:
         cuts = statistics.quantiles(times, n=100, method="inclusive")
         return statistics.median(times), cuts[98]
 
+    def healthy_gap_max(self) -> float | None:
+        """The longest time a healthy cluster went without a delivery while another was faulted."""
+        return max((f.healthy_gap for f in self.faults if f.healthy_gap is not None), default=None)
+
     def summary(self) -> str:
         """The seed, the faults by kind, the records, and the audit's summary."""
         kinds = Counter(f.kind for f in self.faults)
@@ -141,7 +148,8 @@ class SoakResult:
             f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); {self.runs} job run(s), "
             f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}; drained "
             f"{'yes' if self.drained else 'NO'} in {self.drain_seconds:.1f}s; recovery p50 {fmt(p50)} "
-            f"p99 {fmt(p99)}, not recovered {unrecovered}",
+            f"p99 {fmt(p99)}, not recovered {unrecovered}; healthy clusters' longest gap during faults "
+            f"{fmt(self.healthy_gap_max())}",
             "faults: "
             + "; ".join(
                 f"{f.started:.0f}s {f.kind}@{f.target} healed {fmt(f.healed)} recovered {fmt(f.recovery)}"
@@ -306,7 +314,7 @@ class _Job:
             complete = data[: data.rfind(b"\n") + 1]
             self._read[out] = self._read.get(out, 0) + len(complete)
             for line in complete.decode().splitlines():
-                cluster, topic, partition, offset, _value = line.split("\t")
+                cluster, topic, partition, offset, _value, _at = line.split("\t")
                 self.delivered.add(((cluster, topic, int(partition)), int(offset)))
 
     def audit_runs(self) -> list[Run]:
@@ -317,10 +325,21 @@ class _Job:
             if out.exists():
                 data = out.read_bytes()
                 for line in data[: data.rfind(b"\n") + 1].decode().splitlines():
-                    cluster, topic, partition, offset, value = line.split("\t")
+                    cluster, topic, partition, offset, value, _at = line.split("\t")
                     records.append(Record(cluster, topic, int(partition), int(offset), value.encode()))
             runs.append(Run(records, restored))
         return runs
+
+    def delivery_times(self) -> dict[str, list[float]]:
+        """Cluster -> the wall-clock times of the polls that returned its records, in order."""
+        times: dict[str, list[float]] = {}
+        for out, _restored in self.runs:
+            if out.exists():
+                data = out.read_bytes()
+                for line in data[: data.rfind(b"\n") + 1].decode().splitlines():
+                    fields = line.split("\t")
+                    times.setdefault(fields[0], []).append(float(fields[5]))
+        return {cluster: sorted(at) for cluster, at in times.items()}
 
     def logged_resets(self) -> list[Reset]:
         """The offset resets the runs logged."""
@@ -452,6 +471,7 @@ class ChaosSoak:
         crashes: list[str] = []
         pending: list[tuple[Fault, set[tuple[PartitionKey, int]]]] = []
         self._t0 = time.monotonic()
+        wall0 = time.time()
 
         def acked_now() -> set[tuple[PartitionKey, int]]:
             return {(r.key, r.offset) for p in producers for r in p.snapshot()}
@@ -496,10 +516,11 @@ class ChaosSoak:
                 while self._now() < heal_at:
                     tick()
                     time.sleep(0.25)
-                self._heal_all(job)
+                # the heal starts now (a broker's restart takes seconds, which the recovery includes)
                 fault.healed = self._now()
                 pending.append((fault, acked_now()))
-                next_fault = max(fault.started + self._rng.uniform(*config.every), fault.healed + 1.0)
+                self._heal_all(job)
+                next_fault = max(fault.started + self._rng.uniform(*config.every), self._now() + 1.0)
             self._heal_all(job)
             stop.set()
             for p in producers:
@@ -529,6 +550,7 @@ class ChaosSoak:
                         cluster.start_node(0)
             if with_errors:
                 raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
+        healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
         acknowledged = [r for p in producers for r in p.snapshot()]
         report = audit(
             acknowledged, job.audit_runs(), resets=job.logged_resets(), read_log=read_log(self._clusters)
@@ -548,6 +570,23 @@ class ChaosSoak:
     def cleanup(self) -> None:
         """Remove the soak's files (the caller keeps them after a failure)."""
         shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def healthy_gaps(
+    faults: Sequence[Fault], times: dict[str, list[float]], wall0: float, clusters: Sequence[str]
+) -> None:
+    """Set each cluster fault's ``healthy_gap`` from the other clusters' delivery times."""
+    for fault in faults:
+        if fault.target not in clusters or fault.healed is None:
+            continue
+        start, end = wall0 + fault.started, wall0 + fault.healed
+        gaps = []
+        for cluster in clusters:
+            if cluster != fault.target:
+                inside = [t for t in times.get(cluster, []) if start < t < end]
+                edges = [start, *inside, end]
+                gaps.append(max(b - a for a, b in itertools.pairwise(edges)))
+        fault.healthy_gap = max(gaps, default=None)
 
 
 def describe(result: SoakResult) -> dict[str, Any]:
@@ -572,6 +611,7 @@ def describe(result: SoakResult) -> dict[str, Any]:
         "stuck_partitions": len(report.stuck_partitions),
         "recovery_p50_s": p50,
         "recovery_p99_s": p99,
+        "healthy_gap_max_s": result.healthy_gap_max(),
         "drained": result.drained,
         "drain_seconds": result.drain_seconds,
     }

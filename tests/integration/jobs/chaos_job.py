@@ -1,6 +1,6 @@
 """The job of the chaos soak (``harness.chaos``): reads stream ``s`` of a metadata file with periodic
 checkpoints and appends every record it received to a file, one line per record
-(``cluster<TAB>topic<TAB>partition<TAB>offset<TAB>value``), with one unbuffered write per poll before the
+(``cluster<TAB>topic<TAB>partition<TAB>offset<TAB>value<TAB>time``, the wall-clock time of the poll), with one unbuffered write per poll before the
 next poll (where the periodic checkpoint happens), so a ``kill -9`` loses no line a checkpoint covers.
 Warnings (offset resets among them) go to stderr.
 Usage: chaos_job.py METADATA_FILE CHECKPOINT_DIR OUT_FILE GROUP CHECKPOINT_INTERVAL
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 from multicluster_source import FileMetadataService, MultiClusterKafkaSource
 
@@ -39,8 +40,9 @@ def main() -> None:
         while True:
             records = s.poll(timeout=0.2, max_records=500)
             if records:
+                now = f"{time.time():.3f}"
                 lines = "".join(
-                    f"{r.cluster_id}\t{r.topic}\t{r.partition}\t{r.offset}\t{(r.value or b'').decode()}\n"
+                    f"{r.cluster_id}\t{r.topic}\t{r.partition}\t{r.offset}\t{(r.value or b'').decode()}\t{now}\n"
                     for r in records
                 )
                 os.write(fd, lines.encode())

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from benchmarks import bench_chaos
 from harness.audit import Record, Run, audit
-from harness.chaos import Fault, SoakConfig, SoakResult, describe, seed_from_env
+from harness.chaos import Fault, SoakConfig, SoakResult, describe, healthy_gaps, seed_from_env
 
 
 def _result(recoveries: list[float | None]) -> SoakResult:
     records = [Record("east", "t", 0, o, b"v") for o in range(4)]
     report = audit(records, [Run(records[:3]), Run(records[2:], restored_from={("east", "t", 0): 2})])
-    faults = [Fault("pause", "east", 10.0 * i, 10.0 * i + 5, r) for i, r in enumerate(recoveries)]
+    faults = [Fault("pause", "east", 10.0 * i, 10.0 * i + 5, r, 0.5) for i, r in enumerate(recoveries)]
     faults.append(Fault("job-kill-9", "job", 50.0, 55.0, 1.0))
     return SoakResult(
         7, SoakConfig(seconds=60, seed=7), faults, report, runs=2, drained=True, drain_seconds=3
@@ -39,6 +39,15 @@ def test_the_benchmark_table_shows_records_lost_and_duplicates_against_their_bou
     assert "records: 4 acknowledged, 5 delivered" in table
     assert "lost: 0 (stuck partitions 0)" in table
     assert "1 after restores within their bounds, 0 beyond" in table
+    assert "longest gap in delivery while another was faulted: 0.5 s" in table
+
+
+def test_a_healthy_clusters_longest_gap_is_taken_within_each_cluster_fault() -> None:
+    faults = [Fault("pause", "east", 10.0, 20.0), Fault("job-kill-9", "job", 30.0, 35.0)]
+    times = {"east": [], "west": [1000.0 + t for t in (5.0, 11.0, 12.0, 18.5, 40.0)]}
+    healthy_gaps(faults, times, 1000.0, ["east", "west"])
+    assert faults[0].healthy_gap == 6.5  # 12.0 -> 18.5; east's own silence does not count
+    assert faults[1].healthy_gap is None, "the job's own faults stop every cluster"
 
 
 def test_the_seed_comes_from_the_environment_or_is_new() -> None:
