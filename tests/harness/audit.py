@@ -2,12 +2,14 @@
 
 Inputs: every record the producers had acknowledged (:class:`Record`: cluster, topic, partition, offset,
 value), the records each run of the job delivered, in order (:class:`Run`, with the checkpoint positions the
-run was restored from), the offset resets the job logged (:class:`Reset`) and, optionally, a way to ask the
-brokers which offsets are still in their logs. :func:`audit` checks, per partition:
+run was restored from), the offset resets the job logged (:class:`Reset`), the records deleted on purpose
+(``delete_records``: a partition's new log start) and, optionally, a way to ask the brokers which offsets are
+still in their logs. :func:`audit` checks, per partition:
 
 - **lost**: acknowledged and never delivered by any run; a *tail* when after the last offset any run
   delivered (the partition stopped), a *hole* otherwise (it was skipped); with whether it is still in the
-  broker's log (when a reader is given);
+  broker's log (when a reader is given); an undelivered record below a log start set by a deletion is
+  counted as *deleted unread*, not lost (skipping it takes a logged reset: see gaps);
 - **in-run duplicates**: one offset delivered twice by one run (never allowed);
 - **duplicates across restores**: an offset a run delivers that an earlier run delivered too, allowed only
   at or after the position the later run was restored from (at-least-once); the others are reported with
@@ -109,6 +111,7 @@ class PartitionAudit:
     key: PartitionKey
     acknowledged: int = 0
     delivered: int = 0
+    deleted_unread: int = 0
     lost: list[Lost] = field(default_factory=list)
     in_run_duplicates: list[Duplicate] = field(default_factory=list)
     allowed_duplicates: list[Duplicate] = field(default_factory=list)
@@ -161,6 +164,11 @@ class AuditReport:
         return self._total("lost")
 
     @property
+    def deleted_unread(self) -> int:
+        """Acknowledged records deleted on purpose before they were delivered."""
+        return sum(p.deleted_unread for p in self.partitions.values())
+
+    @property
     def in_run_duplicates(self) -> int:
         """Offsets delivered twice by one run."""
         return self._total("in_run_duplicates")
@@ -204,7 +212,7 @@ class AuditReport:
         """A few lines: the totals, then up to ``examples`` findings of each kind per partition."""
         lines = [
             f"audit of {len(self.partitions)} partitions, {self.runs} run(s): {self.acknowledged} acknowledged, "
-            f"{self.delivered} delivered; lost {self.lost}, in-run duplicates {self.in_run_duplicates}, "
+            f"{self.delivered} delivered, {self.deleted_unread} deleted unread; lost {self.lost}, in-run duplicates {self.in_run_duplicates}, "
             f"duplicates after restores {self.allowed_duplicates} within bounds and "
             f"{self.duplicates_beyond_bound} beyond, gaps {self.gaps}, conflicting values "
             f"{self.conflicting_values}, backwards {self.backwards}, stuck partitions "
@@ -251,9 +259,12 @@ def audit(
     runs: Sequence[Run],
     *,
     resets: Iterable[Reset] = (),
+    deleted: Mapping[PartitionKey, int] | None = None,
     read_log: LogReader | None = None,
 ) -> AuditReport:
     """Audit ``runs`` (in the order they ran) against the ``acknowledged`` records; see the module docs.
+
+    ``deleted`` maps a partition to the log start a ``delete_records`` set (the highest, if several).
 
     Partitions that only the runs mention are audited too (for duplicates, gaps and order). ``read_log``
     is asked once per partition with lost records, for the offsets that are still in the broker's log.
@@ -272,7 +283,9 @@ def audit(
         per_run.append(by_key)
     keys = set(acked).union(*(set(by_key) for by_key in per_run))
     partitions = {
-        key: _audit_partition(key, acked.get(key, {}), runs, per_run, reset_by_key[key], read_log)
+        key: _audit_partition(
+            key, acked.get(key, {}), runs, per_run, reset_by_key[key], (deleted or {}).get(key, 0), read_log
+        )
         for key in keys
     }
     return AuditReport(partitions, len(runs))
@@ -289,6 +302,7 @@ def _audit_partition(
     runs: Sequence[Run],
     per_run: Sequence[Mapping[PartitionKey, list[Record]]],
     resets: Sequence[Reset],
+    log_start: int,
     read_log: LogReader | None,
 ) -> PartitionAudit:
     result = PartitionAudit(key, acknowledged=len(acked))
@@ -324,7 +338,9 @@ def _audit_partition(
         seen_before |= seen_here
     result.conflicting_values = sorted(conflicts)
     last_delivered = max(seen_before, default=-1)
-    missing = sorted(set(acked) - seen_before)
+    undelivered = set(acked) - seen_before
+    missing = sorted(o for o in undelivered if o >= log_start)
+    result.deleted_unread = len(undelivered) - len(missing)
     in_log = read_log(key, missing) if missing and read_log is not None else None
     result.lost = [
         Lost(o, tail=o > last_delivered, in_log=None if in_log is None else o in in_log) for o in missing

@@ -11,6 +11,9 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   writes what it receives to a file per run;
 - faults (:data:`FAULT_KINDS`), one at a time on one cluster chosen at random: a fault every ``every``
   seconds (from the previous fault's start, never before the previous heal), lasting ``lasting`` seconds;
+  ``delete-records`` caps the link at 1 KB/s so that the job falls behind, then deletes the partition up to
+  its high watermark as it heals: the job must log an offset reset, and the records it had not read count
+  as deleted, not lost;
 - after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
   came (at most ``drain_timeout`` seconds); then the audit, with lost records looked up in the brokers' logs.
 
@@ -39,7 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from harness.audit import AuditReport, PartitionKey, Record, Reset, Run, audit
 from harness.kafka import KafkaCluster
@@ -65,6 +76,7 @@ FAULT_KINDS = (
     "bandwidth",
     "topic-removed",
     "job-kill-9",
+    "delete-records",
 )
 TOPICS = {"chaos-a": 2, "chaos-b": 1}
 REMOVABLE_TOPIC = "chaos-b"
@@ -403,6 +415,7 @@ class ChaosSoak:
         self._topics: dict[str, dict[str, str]] = {}  # cluster -> logical name -> topic
         self._metadata = workdir / "streams.yaml"
         self._t0 = 0.0
+        self._deleted: dict[PartitionKey, int] = {}  # partition -> log start set by a deletion
 
     def _now(self) -> float:
         return time.monotonic() - self._t0
@@ -434,12 +447,29 @@ class ChaosSoak:
                 self._toxiproxy.add_toxic(proxy, "timeout", {"timeout": 0}, stream=stream)
         elif kind == "reset-peer":
             self._toxiproxy.add_toxic(proxy, "reset_peer", {"timeout": 2000}, stream="upstream")
+        elif kind == "delete-records":  # the reader falls behind; the heal deletes what it has not read
+            self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 1})
         elif kind == "bandwidth":
             self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 4})  # KB/s
         elif kind == "topic-removed":
             self._write_metadata(without=(target, REMOVABLE_TOPIC))
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
+
+    def _delete_records(self, target: str) -> None:
+        """``delete_records`` of everything in partition 0 of ``chaos-a`` on ``target`` (up to its high
+        watermark): what the job has not read yet is gone, and its reader must reset (logged)."""
+        topic = self._topics[target]["chaos-a"]
+        request = TopicPartition(topic, 0, OFFSET_END)
+        [future] = self._clusters[target].admin().delete_records([request], request_timeout=30).values()
+        log_start = int(future.result(30).low_watermark)
+        key = (target, topic, 0)
+        self._deleted[key] = max(log_start, self._deleted.get(key, 0))
+        self._say(f"[chaos seed={self._config.seed}] deleted {target}/{topic}/0 up to {log_start}")
+
+    def _gone(self, owed: set[tuple[PartitionKey, int]]) -> set[tuple[PartitionKey, int]]:
+        """The records of ``owed`` that a deletion removed on purpose."""
+        return {entry for entry in owed if entry[1] < self._deleted.get(entry[0], -1)}
 
     def _heal_all(self, job: _Job) -> None:
         self._toxiproxy.reset()
@@ -486,6 +516,7 @@ class ChaosSoak:
             for entry in list(pending):
                 fault, owed = entry
                 owed -= job.delivered
+                owed -= self._gone(owed)
                 if not owed:
                     fault.recovery = self._now() - (fault.healed or 0.0)
                     pending.remove(entry)
@@ -516,6 +547,8 @@ class ChaosSoak:
                 while self._now() < heal_at:
                     tick()
                     time.sleep(0.25)
+                if kind == "delete-records":
+                    self._delete_records(target)
                 # the heal starts now (a broker's restart takes seconds, which the recovery includes)
                 fault.healed = self._now()
                 pending.append((fault, acked_now()))
@@ -527,6 +560,7 @@ class ChaosSoak:
                 p.thread.join(200.0)
             drain_started = time.monotonic()
             owed = acked_now()
+            owed -= self._gone(owed)
             while time.monotonic() - drain_started < config.drain_timeout:
                 tick()
                 if owed <= job.delivered and not pending:
@@ -553,7 +587,11 @@ class ChaosSoak:
         healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
         acknowledged = [r for p in producers for r in p.snapshot()]
         report = audit(
-            acknowledged, job.audit_runs(), resets=job.logged_resets(), read_log=read_log(self._clusters)
+            acknowledged,
+            job.audit_runs(),
+            resets=job.logged_resets(),
+            deleted=self._deleted,
+            read_log=read_log(self._clusters),
         )
         return SoakResult(
             seed=config.seed,

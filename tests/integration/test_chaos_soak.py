@@ -1,7 +1,7 @@
 """The chaos soak (issue 33): three single-node Apache Kafka clusters behind Toxiproxy, a producer per
 cluster, the job as a subprocess with periodic checkpoints, and a seeded schedule of faults (broker restarts
 with SIGTERM and SIGKILL, pauses, latency, blackholes, connection resets, a bandwidth cap, a topic removed
-and re-added, ``kill -9`` of the job and its restore) for ``MCS_CHAOS_SECONDS`` (default 120); then heal,
+and re-added, ``kill -9`` of the job and its restore, ``delete_records`` under a reader that lags) for ``MCS_CHAOS_SECONDS`` (default 120); then heal,
 drain and the exact audit (``harness.chaos``, ``harness.audit``).
 
 The seed comes from ``MCS_CHAOS_SEED`` (else a new one); it is printed and in every assertion message:

@@ -124,3 +124,15 @@ def test_partitions_only_delivered_are_audited_and_an_empty_history_is_ok() -> N
     assert audit([], []).ok
     report = audit([], [Run(recs(Q, [0, 0]))])
     assert report.in_run_duplicates == 1 and report.acknowledged == 0
+
+
+def test_records_deleted_before_they_were_read_are_not_lost_when_a_reset_skipped_them() -> None:
+    key_deleted = {P: 6}
+    run = Run(recs(P, [0, 1, 2, 6, 7]))  # 3..5 deleted under the reader: a reset from 3 to 6
+    report = audit(acked(P, 8), [run], resets=[Reset(P, 3, 6)], deleted=key_deleted)
+    assert report.ok, report.summary()
+    assert (report.deleted_unread, report.lost) == (3, 0)
+    silent = audit(acked(P, 8), [run], deleted=key_deleted)
+    assert [(g.first, g.last) for g in silent.partitions[P].gaps] == [(3, 5)], "no reset logged: a gap"
+    beyond = audit(acked(P, 9), [run], resets=[Reset(P, 3, 6)], deleted=key_deleted)
+    assert [x.offset for x in beyond.partitions[P].lost] == [8], "records after the log start stay owed"
