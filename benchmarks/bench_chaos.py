@@ -4,7 +4,9 @@ job as a subprocess, a seeded schedule of mixed faults, then heal, drain and the
 
 Prints the faults injected by kind, the records, lost, duplicates against their bounds and the recovery
 times (p50/p99: from each heal until every record acknowledged before it was delivered), and writes them to
-``benchmarks/results/chaos.json`` (``--no-save``: not). Exit status 1 when the audit is not clean.
+``benchmarks/results/chaos-<topology>.json`` (``--no-save``: not). ``--topology three-broker``: one
+three-broker cluster (replication 3, ``min.insync.replicas`` 2) whose partition leader the broker faults
+hit. Exit status 1 when the audit is not clean.
 
     python benchmarks/bench_chaos.py --seconds 3600 [--seed N]
 """
@@ -25,8 +27,6 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._brokers import RESULTS_DIR, machine_info
-
-CLUSTERS = ("chaos-east", "chaos-west", "chaos-central")
 
 
 def format_table(described: dict[str, Any]) -> str:
@@ -62,16 +62,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3600.0, help="how long faults are injected")
     parser.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: a new one)")
     parser.add_argument("--rate", type=float, default=40.0, help="records per second per cluster")
-    parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/chaos.json")
+    parser.add_argument(
+        "--topology",
+        choices=("single-node", "three-broker"),
+        default="single-node",
+        help="three single-node clusters (default) or one three-broker cluster (replication 3)",
+    )
+    parser.add_argument(
+        "--no-save", action="store_true", help="do not write benchmarks/results/chaos-<topology>.json"
+    )
     args = parser.parse_args(argv)
     harness: Any = importlib.import_module("harness")
     chaos: Any = importlib.import_module("harness.chaos")
     seed = args.seed if args.seed is not None else chaos.seed_from_env()
-    print(f"chaos soak: seed {seed} (replay with --seed {seed}), {args.seconds:.0f} s", flush=True)
+    print(
+        f"chaos soak: seed {seed} (replay with --seed {seed}), {args.seconds:.0f} s, {args.topology}",
+        flush=True,
+    )
     pool = harness.ClusterPool("kafka")
     workdir = Path(tempfile.mkdtemp(prefix="mcs-chaos-bench-"))
     try:
-        clusters = pool.proxied(CLUSTERS)
+        names, nodes = chaos.TOPOLOGIES[args.topology]
+        clusters = pool.proxied(names, nodes=nodes)
         config = chaos.SoakConfig(seconds=args.seconds, seed=seed, rate=args.rate)
         soak = chaos.ChaosSoak(
             clusters, pool.toxiproxy(), config, workdir, say=lambda s: print(s, flush=True)
@@ -86,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         out = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **described}
         out["machine"] = machine_info("kafka")
-        (RESULTS_DIR / "chaos.json").write_text(json.dumps(out, indent=2) + "\n")
+        (RESULTS_DIR / f"chaos-{args.topology}.json").write_text(json.dumps(out, indent=2) + "\n")
     if result.report.ok and not result.job_crashes and result.drained:
         soak.cleanup()
         return 0

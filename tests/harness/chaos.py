@@ -9,6 +9,8 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   and keeps the delivery reports of the acknowledged ones;
 - the job (``tests/integration/jobs/chaos_job.py``) checkpoints every ``checkpoint_interval`` seconds and
   writes what it receives to a file per run;
+- topologies (:data:`TOPOLOGIES`): three single-node clusters, or one three-broker cluster (topics with
+  replication 3 and ``min.insync.replicas`` 2, where a node fault hits the leader of ``chaos-a`` 0);
 - faults (:data:`FAULT_KINDS`), one at a time on one cluster chosen at random: a fault every ``every``
   seconds (from the previous fault's start, never before the previous heal), lasting ``lasting`` seconds;
   ``delete-records`` caps the link at 1 KB/s so that the job falls behind, then deletes the partition up to
@@ -65,6 +67,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SEED_ENV = "MCS_CHAOS_SEED"
 SECONDS_ENV = "MCS_CHAOS_SECONDS"
+TOPOLOGY_ENV = "MCS_CHAOS_TOPOLOGY"
+TOPOLOGIES: dict[str, tuple[tuple[str, ...], int]] = {
+    # name -> (the pool's proxied clusters, nodes each)
+    "single-node": (("chaos-east", "chaos-west", "chaos-central"), 1),
+    "three-broker": (("chaos-trio",), 3),
+}
 
 FAULT_KINDS = (
     "restart-sigterm",
@@ -119,6 +127,7 @@ class Fault:
     healed: float | None = None
     recovery: float | None = None
     healthy_gap: float | None = None
+    node: int | None = None  # the node of a multi-node cluster the fault hit (its partition leader)
 
 
 @dataclass
@@ -164,7 +173,7 @@ class SoakResult:
             f"{fmt(self.healthy_gap_max())}",
             "faults: "
             + "; ".join(
-                f"{f.started:.0f}s {f.kind}@{f.target} healed {fmt(f.healed)} recovered {fmt(f.recovery)}"
+                f"{f.started:.0f}s {f.kind}@{f.target}{'' if f.node is None else f'/node-{f.node}'} healed {fmt(f.healed)} recovered {fmt(f.recovery)}"
                 for f in self.faults
             ),
             self.report.summary(),
@@ -429,17 +438,30 @@ class ChaosSoak:
             parts[cid] = ClusterMetadata(cid, cluster.proxied_bootstrap_servers, topics)
         write_metadata_file(self._metadata, [KafkaStream("s", parts)])
 
-    def _inject(self, kind: str, target: str, job: _Job) -> None:
+    def _leader(self, target: str) -> int:
+        """The node to fault on ``target``: its only node, or the leader of ``chaos-a`` partition 0."""
+        cluster = self._clusters[target]
+        nodes = sorted(cluster.node_racks)
+        if len(nodes) == 1:
+            return nodes[0]
+        topic = self._topics[target]["chaos-a"]
+        try:
+            leader = int(cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
+        except Exception:  # the metadata not answered: any node will do
+            leader = -1
+        return leader if leader in nodes else nodes[0]
+
+    def _inject(self, kind: str, target: str, node: int, job: _Job) -> None:
         cluster = self._clusters.get(target)
-        proxy = proxy_name(target, 0)
+        proxy = proxy_name(target, node)
         if kind == "job-kill-9":
             job.kill()
         elif cluster is None:
             raise ValueError(f"{kind} needs a cluster, not {target!r}")
         elif kind in ("restart-sigterm", "restart-sigkill"):
-            cluster.stop_node(0, graceful=kind == "restart-sigterm")
+            cluster.stop_node(node, graceful=kind == "restart-sigterm")
         elif kind == "pause":
-            cluster.pause_node(0)
+            cluster.pause_node(node)
         elif kind == "latency":
             self._toxiproxy.add_toxic(proxy, "latency", {"latency": 800, "jitter": 400})
         elif kind == "blackhole":
@@ -471,12 +493,17 @@ class ChaosSoak:
         """The records of ``owed`` that a deletion removed on purpose."""
         return {entry for entry in owed if entry[1] < self._deleted.get(entry[0], -1)}
 
+    def _restore_nodes(self) -> None:
+        """Resume every paused node and start every stopped one."""
+        for cluster in self._clusters.values():
+            for node in sorted(cluster.node_racks):
+                cluster.resume_node(node)
+                if not cluster.node_running(node):
+                    cluster.start_node(node)
+
     def _heal_all(self, job: _Job) -> None:
         self._toxiproxy.reset()
-        for cluster in self._clusters.values():
-            cluster.resume_node(0)
-            if not cluster.node_running(0):
-                cluster.start_node(0)
+        self._restore_nodes()
         self._write_metadata()
         if job.proc is None:
             job.start()
@@ -487,8 +514,11 @@ class ChaosSoak:
         self._workdir.mkdir(parents=True, exist_ok=True)
         self._toxiproxy.reset()
         for cid, cluster in self._clusters.items():
+            replicas = min(3, len(cluster.node_racks))
+            topic_config = {"min.insync.replicas": "2"} if replicas == 3 else {}
             self._topics[cid] = {
-                logical: cluster.create_topic(logical, partitions=n) for logical, n in TOPICS.items()
+                logical: cluster.create_topic(logical, n, replicas, topic_config)
+                for logical, n in TOPICS.items()
             }
         self._write_metadata()
         stop = threading.Event()
@@ -537,12 +567,15 @@ class ChaosSoak:
                 lasting = self._rng.uniform(*config.lasting)
                 if kind == "job-kill-9":
                     lasting = min(lasting, 10.0)  # the job is away for this long
-                fault = Fault(kind, target, self._now())
+                node = 0 if kind in ("job-kill-9", "topic-removed") else self._leader(target)
+                many = kind != "job-kill-9" and len(self._clusters[target].node_racks) > 1
+                fault = Fault(kind, target, self._now(), node=node if many else None)
                 faults.append(fault)
                 self._say(
-                    f"[chaos seed={config.seed}] {fault.started:.0f}s: {kind} on {target} for {lasting:.0f}s"
+                    f"[chaos seed={config.seed}] {fault.started:.0f}s: {kind} on {target}"
+                    f"{'' if fault.node is None else f' node {fault.node}'} for {lasting:.0f}s"
                 )
-                self._inject(kind, target, job)
+                self._inject(kind, target, node, job)
                 heal_at = fault.started + lasting
                 while self._now() < heal_at:
                     tick()
@@ -578,10 +611,7 @@ class ChaosSoak:
             try:
                 self._toxiproxy.reset()
             finally:
-                for cluster in self._clusters.values():
-                    cluster.resume_node(0)
-                    if not cluster.node_running(0):
-                        cluster.start_node(0)
+                self._restore_nodes()
             if with_errors:
                 raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
         healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))

@@ -145,11 +145,11 @@ class ClusterPool:
         assert isinstance(cluster, SecuredKafkaCluster)
         return cluster
 
-    def proxied(self, names: Sequence[str]) -> list[KafkaCluster]:
-        """Shared single-node Apache Kafka clusters whose client listener is reached through the pool's
+    def proxied(self, names: Sequence[str], *, nodes: int = 1) -> list[KafkaCluster]:
+        """Shared Apache Kafka clusters of ``nodes`` nodes whose client listener is reached through the pool's
         Toxiproxy (``proxied_bootstrap_servers``; proxy ``<name>-<node id>``; see :meth:`toxiproxy`),
-        started in parallel on first use. They are not the clusters of :meth:`get`: faults injected on
-        them never reach other tests' clusters."""
+        started in parallel on first use (a name keeps the node count it was first started with). They are
+        not the clusters of :meth:`get`: faults injected on them never reach other tests' clusters."""
         if self.kind != "kafka":
             raise ClusterUnavailable(f"{BROKERS_ENV}={self.kind}: proxied clusters need Apache Kafka")
         with self._lock:
@@ -157,7 +157,7 @@ class ClusterPool:
             if missing:
                 with ThreadPoolExecutor(len(missing), thread_name_prefix="mcs-cluster-start") as pool:
                     futures = {
-                        name: pool.submit(lambda n: KafkaCluster(n, proxied=True).start(), name)
+                        name: pool.submit(lambda n: KafkaCluster(n, nodes=nodes, proxied=True).start(), name)
                         for name in missing
                     }
                 failures = [f.exception() for f in futures.values() if f.exception() is not None]

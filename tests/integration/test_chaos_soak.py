@@ -6,7 +6,8 @@ drain and the exact audit (``harness.chaos``, ``harness.audit``).
 
 The seed comes from ``MCS_CHAOS_SEED`` (else a new one); it is printed and in every assertion message:
 ``MCS_CHAOS_SEED=<seed> MCS_CHAOS_SECONDS=<s> pytest tests/integration/test_chaos_soak.py`` replays the
-schedule. The long run is ``python benchmarks/bench_chaos.py``.
+schedule. ``MCS_CHAOS_TOPOLOGY=three-broker`` runs it on one three-broker cluster instead (replication 3,
+``min.insync.replicas`` 2; broker faults hit the leader). The long run is ``python benchmarks/bench_chaos.py``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from harness import ClusterPool, ClusterUnavailable
-from harness.chaos import SECONDS_ENV, ChaosSoak, SoakConfig, seed_from_env
+from harness.chaos import SECONDS_ENV, TOPOLOGIES, TOPOLOGY_ENV, ChaosSoak, SoakConfig, seed_from_env
 
 pytestmark = pytest.mark.integration
 
 SECONDS = float(os.environ.get(SECONDS_ENV, "120"))
-CLUSTERS = ("chaos-east", "chaos-west", "chaos-central")
+TOPOLOGY = os.environ.get(TOPOLOGY_ENV, "single-node")
 
 
 @pytest.mark.timeout(int(SECONDS) + 900)
@@ -31,9 +32,10 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
 ) -> None:
     seed = seed_from_env()
     with capsys.disabled():
-        print(f"\n[chaos] seed={seed} seconds={SECONDS:.0f} (replay: MCS_CHAOS_SEED={seed})")
+        print(f"\n[chaos] seed={seed} seconds={SECONDS:.0f} {TOPOLOGY} (replay: MCS_CHAOS_SEED={seed})")
+    names, nodes = TOPOLOGIES[TOPOLOGY]
     try:
-        clusters = cluster_pool.proxied(CLUSTERS)
+        clusters = cluster_pool.proxied(names, nodes=nodes)
     except ClusterUnavailable as exc:
         pytest.skip(str(exc))
     config = SoakConfig(seconds=SECONDS, seed=seed)
@@ -46,7 +48,10 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     with capsys.disabled():
         print(result.summary())
     report = result.report
-    replay = f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f})\n{result.summary()}"
+    replay = (
+        f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f} {TOPOLOGY_ENV}={TOPOLOGY})\n"
+        f"{result.summary()}"
+    )
     assert result.faults, f"no fault was injected: {replay}"
     assert report.acknowledged > 0, f"no record was acknowledged: {replay}"
     assert result.job_crashes == [], f"the job died by itself: {replay}"
