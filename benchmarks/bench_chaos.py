@@ -41,7 +41,8 @@ def format_table(described: dict[str, Any]) -> str:
             f"chaos soak: seed {described['seed']}, {described['seconds']:.0f} s, "
             f"{described['runs']} job run(s), {described['job_crashes']} crash(es)",
             f"faults injected: {sum(described['faults'].values())} ({faults})",
-            f"records: {described['acknowledged']} acknowledged, {described['delivered']} delivered",
+            f"records: {described['acknowledged']} acknowledged, {described['delivered']} delivered, "
+            f"{described['deleted_unread']} deleted by delete_records before they were read",
             f"lost: {described['lost']} (stuck partitions {described['stuck_partitions']})",
             f"duplicates: {described['in_run_duplicates']} in one run, "
             f"{described['duplicates_within_bounds']} after restores within their bounds, "

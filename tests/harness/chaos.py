@@ -118,8 +118,9 @@ class SoakConfig:
 class Fault:
     """One injected fault: its kind, its target (a cluster id, or ``job``), and when it started and was
     healed (seconds since the soak's start); ``recovery`` is the time from its heal until every record
-    acknowledged before the heal had been delivered (None: never, within the run); ``healthy_gap`` is the
-    longest time, while a cluster's fault lasted, that another cluster went without a record delivered."""
+    acknowledged before the heal had been delivered (None: never, within the run; the next fault may come
+    first and lengthen it); ``healthy_gap`` is the longest time, while a cluster's fault lasted, that another
+    cluster went without a record delivered."""
 
     kind: str
     target: str
@@ -404,7 +405,8 @@ def read_log(clusters: dict[str, KafkaCluster]) -> Callable[[PartitionKey, Seque
 
 
 class ChaosSoak:
-    """One soak over ``clusters`` (proxied, single-node) and the pool's ``toxiproxy``, in ``workdir``."""
+    """One soak over ``clusters`` (from ``ClusterPool.proxied``) and the pool's ``toxiproxy``, in ``workdir``;
+    ``say`` gets a line per fault as it is injected."""
 
     def __init__(
         self,
@@ -567,8 +569,9 @@ class ChaosSoak:
                 lasting = self._rng.uniform(*config.lasting)
                 if kind == "job-kill-9":
                     lasting = min(lasting, 10.0)  # the job is away for this long
-                node = 0 if kind in ("job-kill-9", "topic-removed") else self._leader(target)
-                many = kind != "job-kill-9" and len(self._clusters[target].node_racks) > 1
+                on_node = kind not in ("job-kill-9", "topic-removed")
+                node = self._leader(target) if on_node else 0
+                many = on_node and len(self._clusters[target].node_racks) > 1
                 fault = Fault(kind, target, self._now(), node=node if many else None)
                 faults.append(fault)
                 self._say(
@@ -670,6 +673,7 @@ def describe(result: SoakResult) -> dict[str, Any]:
         "acknowledged": report.acknowledged,
         "delivered": report.delivered,
         "lost": report.lost,
+        "deleted_unread": report.deleted_unread,
         "in_run_duplicates": report.in_run_duplicates,
         "duplicates_within_bounds": report.allowed_duplicates,
         "duplicates_beyond_bounds": report.duplicates_beyond_bound,

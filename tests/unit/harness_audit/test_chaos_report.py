@@ -36,7 +36,7 @@ def test_recovery_percentiles_over_the_recovered_faults() -> None:
 def test_the_benchmark_table_shows_records_lost_and_duplicates_against_their_bounds() -> None:
     table = bench_chaos.format_table(describe(_result([2.0, 4.0])))
     assert "faults injected: 3 (job-kill-9 1, pause 2)" in table
-    assert "records: 4 acknowledged, 5 delivered" in table
+    assert "records: 4 acknowledged, 5 delivered, 0 deleted by delete_records" in table
     assert "lost: 0 (stuck partitions 0)" in table
     assert "1 after restores within their bounds, 0 beyond" in table
     assert "longest gap in delivery while another was faulted: 0.5 s" in table
