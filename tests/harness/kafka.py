@@ -4,7 +4,9 @@ broker+controller nodes with racks, started from the jars :mod:`harness.maven` f
 from __future__ import annotations
 
 import base64
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -58,6 +60,10 @@ class _Node:
     controller_port: int
     directory: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # proxied clusters only: the client listener is advertised at proxy_port (a proxy forwards it to
+    # broker_port); brokers, the controller and the harness's clients use the direct listener on direct_port
+    proxy_port: int | None = None
+    direct_port: int | None = None
 
     @property
     def log_path(self) -> Path:
@@ -85,11 +91,18 @@ class KafkaCluster(Cluster):
         startup_timeout: float = 120.0,
         config: Mapping[str, str] | None = None,
         full_jit: bool = False,
+        proxied: bool = False,
     ) -> None:
         """``full_jit``: the JVM's default compilers (C1 and C2), as brokers run in production, for benchmarks;
-        the tests' default stops at C1 (faster start, less JIT CPU, slower request handling)."""
+        the tests' default stops at C1 (faster start, less JIT CPU, slower request handling).
+
+        ``proxied``: each node's client listener is advertised at a port of its own (``proxy_ports``) where
+        the caller runs a proxy to the node's listener (a Toxiproxy: :mod:`harness.chaos`); clients of
+        ``proxied_bootstrap_servers`` then go through the proxies, while the brokers talk to each other and
+        the harness's own clients (``bootstrap_servers``) talk to the brokers on a direct listener."""
         super().__init__(cluster_id)
         self._full_jit = full_jit
+        self._proxied = proxied
         if nodes < 1 or (racks is not None and len(racks) != nodes):
             raise ValueError(f"{nodes} nodes need {nodes} racks, got {racks!r}")
         self._racks: list[str | None] = list(racks) if racks is not None else [None] * nodes
@@ -106,7 +119,27 @@ class KafkaCluster(Cluster):
         """``127.0.0.1:<port>`` of every node, comma-separated."""
         if not self._nodes:
             raise RuntimeError(f"{self!r} is not started")
-        return ",".join(f"{HOST}:{node.broker_port}" for node in self._nodes)
+        return ",".join(f"{HOST}:{node.direct_port or node.broker_port}" for node in self._nodes)
+
+    @property
+    def proxied(self) -> bool:
+        """Whether the client listener is advertised at proxy ports (see ``__init__``)."""
+        return self._proxied
+
+    @property
+    def proxy_ports(self) -> dict[int, tuple[int, int]]:
+        """Node id -> (port the proxy listens on, the node's client listener port it forwards to); empty
+        unless the cluster is proxied."""
+        return {n.node_id: (n.proxy_port, n.broker_port) for n in self._nodes if n.proxy_port is not None}
+
+    @property
+    def proxied_bootstrap_servers(self) -> str:
+        """``127.0.0.1:<proxy port>`` of every node: what the clients under test bootstrap from."""
+        if not self._proxied:
+            raise RuntimeError(f"{self!r} is not proxied")
+        if not self._nodes:
+            raise RuntimeError(f"{self!r} is not started")
+        return ",".join(f"{HOST}:{node.proxy_port}" for node in self._nodes)
 
     @property
     def node_racks(self) -> dict[int, str | None]:
@@ -158,6 +191,9 @@ class KafkaCluster(Cluster):
             _Node(i, rack, free_port(), free_port(), self._workdir / f"node-{i}")
             for i, rack in enumerate(self._racks)
         ]
+        if self._proxied:
+            for node in self._nodes:
+                node.proxy_port, node.direct_port = free_port(), free_port()
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self._nodes)
         for node in self._nodes:
             node.directory.mkdir()
@@ -208,6 +244,18 @@ class KafkaCluster(Cluster):
             "broker.session.timeout.ms": "3000",
             "replica.lag.time.max.ms": "10000",
         }
+        if node.direct_port is not None and node.proxy_port is not None:
+            props["listeners"] = (
+                f"PLAINTEXT://{HOST}:{node.broker_port},DIRECT://{HOST}:{node.direct_port},"
+                f"CONTROLLER://{HOST}:{node.controller_port}"
+            )
+            props["advertised.listeners"] = (
+                f"PLAINTEXT://{HOST}:{node.proxy_port},DIRECT://{HOST}:{node.direct_port}"
+            )
+            props["listener.security.protocol.map"] = (
+                "PLAINTEXT:PLAINTEXT,DIRECT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            )
+            props["inter.broker.listener.name"] = "DIRECT"
         if node.rack is not None:
             props["broker.rack"] = node.rack
             props["replica.selector.class"] = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -272,7 +320,7 @@ class KafkaCluster(Cluster):
                     if "Address already in use" in tail:
                         raise _PortTaken
                     raise RuntimeError(f"{self!r}: node {node.node_id} exited during start-up:\n{tail}")
-                if accepts(node.broker_port):
+                if accepts(node.broker_port) and (node.direct_port is None or accepts(node.direct_port)):
                     pending.remove(node)
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(
@@ -304,10 +352,29 @@ class KafkaCluster(Cluster):
             raise IndexError(f"{self!r} has nodes 0..{len(self._nodes) - 1}, not {node_id}")
         return self._nodes[node_id]
 
+    def node_running(self, node_id: int) -> bool:
+        """Whether the node's process runs (a paused one counts as running)."""
+        node = self._node(node_id)
+        return node.proc is not None and node.proc.poll() is None
+
+    def pause_node(self, node_id: int) -> None:
+        """Freeze one node's process (SIGSTOP): its sockets stay open and nothing answers."""
+        node = self._node(node_id)
+        if node.proc is None or node.proc.poll() is not None:
+            raise RuntimeError(f"{self!r}: node {node_id} is not running")
+        os.kill(node.proc.pid, signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        """Let a paused node run again (SIGCONT; harmless on a node that runs)."""
+        node = self._node(node_id)
+        if node.proc is not None and node.proc.poll() is None:
+            os.kill(node.proc.pid, signal.SIGCONT)
+
     def stop_node(self, node_id: int, *, graceful: bool = True) -> None:
         """Stop one node (SIGTERM: controlled shutdown; ``graceful=False``: SIGKILL); data and ports stay."""
         node = self._node(node_id)
         if node.proc is not None:
+            self.resume_node(node_id)  # a paused JVM would not act on SIGTERM
             end_process(node.proc, graceful=graceful)
             node.proc = None
 
@@ -323,6 +390,8 @@ class KafkaCluster(Cluster):
         """Close the shared clients, stop all nodes together, and remove the files (see ``keep_logs``)."""
         self._close_clients()
         running = [n.proc for n in self._nodes if n.proc is not None]
+        for node in self._nodes:
+            self.resume_node(node.node_id)
         for proc in running:
             if graceful and proc.poll() is None:
                 proc.terminate()

@@ -4,9 +4,12 @@ parallel) and stops them all at the end; ``MCS_TEST_BROKERS`` and ``MCS_TEST_BOO
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.cluster import Cluster
@@ -16,6 +19,7 @@ from harness.tansu import TansuCluster
 
 if TYPE_CHECKING:
     from harness.secured import SecuredKafkaCluster
+    from harness.toxiproxy import Toxiproxy
 
 BROKERS_ENV = "MCS_TEST_BROKERS"
 BOOTSTRAP_ENV = "MCS_TEST_BOOTSTRAP"
@@ -23,6 +27,11 @@ BOOTSTRAP_ENV = "MCS_TEST_BOOTSTRAP"
 CLUSTER_NAMES = ("east", "west", "central", "north", "south")
 RACK_CLUSTER_NAME = "racks"
 RACKS = ("a", "b", "c")
+
+
+def proxy_name(cluster_id: str, node_id: int) -> str:
+    """The name of the Toxiproxy proxy in front of one node of a proxied cluster."""
+    return f"{cluster_id}-{node_id}"
 
 
 class ClusterUnavailable(Exception):
@@ -58,6 +67,10 @@ class ClusterPool:
         self._clusters: dict[str, Cluster] = {}
         self._failures: dict[str, BaseException] = {}
         self._fresh: list[Cluster] = []
+        self._proxied: dict[str, KafkaCluster] = {}
+        self._proxied_wired: set[str] = set()
+        self._toxiproxy: Toxiproxy | None = None
+        self._toxiproxy_dir: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ClusterPool:
@@ -132,6 +145,44 @@ class ClusterPool:
         assert isinstance(cluster, SecuredKafkaCluster)
         return cluster
 
+    def proxied(self, names: Sequence[str], *, nodes: int = 1) -> list[KafkaCluster]:
+        """Shared Apache Kafka clusters of ``nodes`` nodes whose client listener is reached through the pool's
+        Toxiproxy (``proxied_bootstrap_servers``; proxy ``<name>-<node id>``; see :meth:`toxiproxy`),
+        started in parallel on first use (a name keeps the node count it was first started with). They are
+        not the clusters of :meth:`get`: faults injected on them never reach other tests' clusters."""
+        if self.kind != "kafka":
+            raise ClusterUnavailable(f"{BROKERS_ENV}={self.kind}: proxied clusters need Apache Kafka")
+        with self._lock:
+            missing = [name for name in dict.fromkeys(names) if name not in self._proxied]
+            if missing:
+                with ThreadPoolExecutor(len(missing), thread_name_prefix="mcs-cluster-start") as pool:
+                    futures = {
+                        name: pool.submit(lambda n: KafkaCluster(n, nodes=nodes, proxied=True).start(), name)
+                        for name in missing
+                    }
+                failures = [f.exception() for f in futures.values() if f.exception() is not None]
+                self._proxied.update({n: f.result() for n, f in futures.items() if f.exception() is None})
+                if failures:
+                    raise failures[0]  # type: ignore[misc]  # the others stay in the pool: stop_all() ends them
+        self.toxiproxy()
+        return [self._proxied[name] for name in names]
+
+    def toxiproxy(self) -> Toxiproxy:
+        """The pool's Toxiproxy server (started on first use), with a proxy ``<cluster>-<node id>`` in front
+        of each node of every proxied cluster."""
+        from harness.toxiproxy import Toxiproxy  # only the chaos tests need the Go-built server
+
+        with self._lock:
+            if self._toxiproxy is None:
+                self._toxiproxy_dir = tempfile.mkdtemp(prefix="mcs-toxiproxy-")
+                self._toxiproxy = Toxiproxy(Path(self._toxiproxy_dir)).start()
+            for name, cluster in self._proxied.items():
+                if name not in self._proxied_wired:
+                    for node_id, (listen, upstream) in cluster.proxy_ports.items():
+                        self._toxiproxy.create_proxy(proxy_name(name, node_id), listen, upstream)
+                    self._proxied_wired.add(name)
+            return self._toxiproxy
+
     def fresh(self, name: str = "fresh") -> Cluster:
         """A new single-node cluster nobody else uses; stop it with ``release()`` (or ``stop_all()``)."""
         if self.kind == "external":
@@ -160,9 +211,16 @@ class ClusterPool:
     def stop_all(self) -> None:
         """Stop every cluster of the pool (in parallel)."""
         with self._lock:
-            clusters = [*self._clusters.values(), *self._fresh]
+            clusters = [*self._clusters.values(), *self._fresh, *self._proxied.values()]
             self._clusters.clear()
             self._fresh.clear()
+            self._proxied.clear()
+            self._proxied_wired.clear()
+            toxiproxy, self._toxiproxy = self._toxiproxy, None
+        if toxiproxy is not None:
+            toxiproxy.stop()
+            if self._toxiproxy_dir is not None:
+                shutil.rmtree(self._toxiproxy_dir, ignore_errors=True)
         if clusters:
             with ThreadPoolExecutor(len(clusters), thread_name_prefix="mcs-cluster-stop") as pool:
                 for future in [pool.submit(cluster.stop) for cluster in clusters]:

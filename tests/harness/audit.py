@@ -1,0 +1,348 @@
+"""The exact audit of a chaos run (a checker in the manner of Jepsen's Kafka workload, for this source).
+
+Inputs: every record the producers had acknowledged (:class:`Record`: cluster, topic, partition, offset,
+value), the records each run of the job delivered, in order (:class:`Run`, with the checkpoint positions the
+run was restored from), the offset resets the job logged (:class:`Reset`), the records deleted on purpose
+(``delete_records``: a partition's new log start) and, optionally, a way to ask the brokers which offsets are
+still in their logs. :func:`audit` checks, per partition:
+
+- **lost**: acknowledged and never delivered by any run; a *tail* when after the last offset any run
+  delivered (the partition stopped), a *hole* otherwise (it was skipped); with whether it is still in the
+  broker's log (when a reader is given); an undelivered record below a log start set by a deletion is
+  counted as *deleted unread*, not lost (skipping it takes a logged reset: see gaps);
+- **in-run duplicates**: one offset delivered twice by one run (never allowed);
+- **duplicates across restores**: an offset a run delivers that an earlier run delivered too, allowed only
+  at or after the position the later run was restored from (at-least-once); the others are reported with
+  that bound;
+- **gaps**: a run moving past offsets it never delivered (from its start position, or between two records)
+  without a logged reset covering them;
+- **conflicting values**: one offset with two different values (delivered, or delivered and acknowledged);
+- **backwards**: a run delivering an offset below the one before it.
+
+A partition is *stuck* when records at its tail are lost. Everything is plain Python: no broker is needed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+PartitionKey = tuple[str, str, int]
+"""``(cluster, topic, partition)``."""
+
+LogReader = Callable[[PartitionKey, Sequence[int]], set[int]]
+"""Given a partition and offsets, the subset of those offsets still in the broker's log."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record: acknowledged by a producer, or delivered by the job."""
+
+    cluster: str
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+    @property
+    def key(self) -> PartitionKey:
+        """The record's partition."""
+        return (self.cluster, self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run of the job delivered, in order, and the positions it was restored from.
+
+    ``restored_from`` is None for a run that did not restore a checkpoint; otherwise it maps every
+    partition the checkpoint holds to its next offset (a partition it does not hold restarts from 0).
+    """
+
+    records: Sequence[Record]
+    restored_from: Mapping[PartitionKey, int] | None = None
+
+    def start(self, key: PartitionKey) -> int:
+        """The offset this run starts ``key`` at."""
+        return 0 if self.restored_from is None else self.restored_from.get(key, 0)
+
+
+@dataclass(frozen=True)
+class Reset:
+    """An offset reset the job logged: a partition moved from ``old`` to ``new``."""
+
+    key: PartitionKey
+    old: int
+    new: int
+
+
+@dataclass(frozen=True)
+class Lost:
+    """An acknowledged record no run delivered."""
+
+    offset: int
+    tail: bool
+    in_log: bool | None  # None: not looked up
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """An offset delivered again: by the same run, or by ``run`` after an earlier one (then ``bound`` is the
+    position ``run`` was restored from: an offset at or after it may come again)."""
+
+    offset: int
+    run: int
+    bound: int | None = None
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets ``first``..``last`` a run moved past without delivering them or logging a reset."""
+
+    run: int
+    first: int
+    last: int
+
+
+@dataclass
+class PartitionAudit:
+    """The audit of one partition."""
+
+    key: PartitionKey
+    acknowledged: int = 0
+    delivered: int = 0
+    deleted_unread: int = 0
+    lost: list[Lost] = field(default_factory=list)
+    in_run_duplicates: list[Duplicate] = field(default_factory=list)
+    allowed_duplicates: list[Duplicate] = field(default_factory=list)
+    duplicates_beyond_bound: list[Duplicate] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    conflicting_values: list[int] = field(default_factory=list)
+    backwards: list[tuple[int, int, int]] = field(default_factory=list)  # (run, previous, offset)
+
+    @property
+    def stuck(self) -> bool:
+        """Whether records at the partition's tail were never delivered."""
+        return any(lost.tail for lost in self.lost)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, no duplicate the restores do not allow, no gap, conflict or step back."""
+        return not (
+            self.lost
+            or self.in_run_duplicates
+            or self.duplicates_beyond_bound
+            or self.gaps
+            or self.conflicting_values
+            or self.backwards
+        )
+
+
+@dataclass
+class AuditReport:
+    """The audit of every partition, with totals and a readable :meth:`summary`."""
+
+    partitions: dict[PartitionKey, PartitionAudit]
+    runs: int
+
+    def _total(self, name: str) -> int:
+        return sum(len(getattr(p, name)) for p in self.partitions.values())
+
+    @property
+    def acknowledged(self) -> int:
+        """Records the producers had acknowledged."""
+        return sum(p.acknowledged for p in self.partitions.values())
+
+    @property
+    def delivered(self) -> int:
+        """Records the runs delivered (duplicates included)."""
+        return sum(p.delivered for p in self.partitions.values())
+
+    @property
+    def lost(self) -> int:
+        """Acknowledged records never delivered."""
+        return self._total("lost")
+
+    @property
+    def deleted_unread(self) -> int:
+        """Acknowledged records deleted on purpose before they were delivered."""
+        return sum(p.deleted_unread for p in self.partitions.values())
+
+    @property
+    def in_run_duplicates(self) -> int:
+        """Offsets delivered twice by one run."""
+        return self._total("in_run_duplicates")
+
+    @property
+    def allowed_duplicates(self) -> int:
+        """Offsets delivered again after a restore, at or after its position (at-least-once)."""
+        return self._total("allowed_duplicates")
+
+    @property
+    def duplicates_beyond_bound(self) -> int:
+        """Offsets delivered again after a restore, before its position."""
+        return self._total("duplicates_beyond_bound")
+
+    @property
+    def gaps(self) -> int:
+        """Stretches of offsets skipped without a logged reset."""
+        return self._total("gaps")
+
+    @property
+    def conflicting_values(self) -> int:
+        """Offsets seen with two different values."""
+        return self._total("conflicting_values")
+
+    @property
+    def backwards(self) -> int:
+        """Steps back within one run."""
+        return self._total("backwards")
+
+    @property
+    def stuck_partitions(self) -> list[PartitionKey]:
+        """Partitions whose tail was never delivered."""
+        return sorted(k for k, p in self.partitions.items() if p.stuck)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every partition audits clean."""
+        return all(p.ok for p in self.partitions.values())
+
+    def summary(self, examples: int = 5) -> str:
+        """A few lines: the totals, then up to ``examples`` findings of each kind per partition."""
+        lines = [
+            f"audit of {len(self.partitions)} partitions, {self.runs} run(s): {self.acknowledged} acknowledged, "
+            f"{self.delivered} delivered, {self.deleted_unread} deleted unread; lost {self.lost}, in-run duplicates {self.in_run_duplicates}, "
+            f"duplicates after restores {self.allowed_duplicates} within bounds and "
+            f"{self.duplicates_beyond_bound} beyond, gaps {self.gaps}, conflicting values "
+            f"{self.conflicting_values}, backwards {self.backwards}, stuck partitions "
+            f"{len(self.stuck_partitions)}: {'OK' if self.ok else 'FAILED'}"
+        ]
+        for key, p in sorted(self.partitions.items()):
+            if p.ok:
+                continue
+            name = "/".join(map(str, key))
+            if p.lost:
+                tail = [x.offset for x in p.lost if x.tail]
+                holes = [x.offset for x in p.lost if not x.tail]
+                in_log = sum(x.in_log is True for x in p.lost)
+                unknown = sum(x.in_log is None for x in p.lost)
+                lines.append(
+                    f"  {name}: lost {len(p.lost)} ({len(tail)} at the tail from {tail[:1]}, {len(holes)} in "
+                    f"holes {holes[:examples]}); in the broker's log: {in_log}, not looked up: {unknown}"
+                )
+            if p.in_run_duplicates:
+                pairs = [(d.run, d.offset) for d in p.in_run_duplicates[:examples]]
+                lines.append(f"  {name}: {len(p.in_run_duplicates)} in-run duplicates (run, offset): {pairs}")
+            if p.duplicates_beyond_bound:
+                shown = [(d.run, d.offset, d.bound) for d in p.duplicates_beyond_bound[:examples]]
+                lines.append(
+                    f"  {name}: {len(p.duplicates_beyond_bound)} duplicates before the restored position "
+                    f"(run, offset, bound): {shown}"
+                )
+            if p.gaps:
+                spans = [(g.run, g.first, g.last) for g in p.gaps[:examples]]
+                lines.append(
+                    f"  {name}: {len(p.gaps)} gaps without a logged reset (run, first, last): {spans}"
+                )
+            if p.conflicting_values:
+                lines.append(f"  {name}: two values at offsets {p.conflicting_values[:examples]}")
+            if p.backwards:
+                lines.append(
+                    f"  {name}: {len(p.backwards)} steps back (run, previous, offset): {p.backwards[:examples]}"
+                )
+        return "\n".join(lines)
+
+
+def audit(
+    acknowledged: Iterable[Record],
+    runs: Sequence[Run],
+    *,
+    resets: Iterable[Reset] = (),
+    deleted: Mapping[PartitionKey, int] | None = None,
+    read_log: LogReader | None = None,
+) -> AuditReport:
+    """Audit ``runs`` (in the order they ran) against the ``acknowledged`` records; see the module docs.
+
+    ``deleted`` maps a partition to the log start a ``delete_records`` set (the highest, if several).
+
+    Partitions that only the runs mention are audited too (for duplicates, gaps and order). ``read_log``
+    is asked once per partition with lost records, for the offsets that are still in the broker's log.
+    """
+    acked: dict[PartitionKey, dict[int, bytes]] = defaultdict(dict)
+    for record in acknowledged:
+        acked[record.key][record.offset] = record.value
+    reset_by_key: dict[PartitionKey, list[Reset]] = defaultdict(list)
+    for reset in resets:
+        reset_by_key[reset.key].append(reset)
+    per_run: list[dict[PartitionKey, list[Record]]] = []
+    for run in runs:
+        by_key: dict[PartitionKey, list[Record]] = defaultdict(list)
+        for record in run.records:
+            by_key[record.key].append(record)
+        per_run.append(by_key)
+    keys = set(acked).union(*(set(by_key) for by_key in per_run))
+    partitions = {
+        key: _audit_partition(
+            key, acked.get(key, {}), runs, per_run, reset_by_key[key], (deleted or {}).get(key, 0), read_log
+        )
+        for key in keys
+    }
+    return AuditReport(partitions, len(runs))
+
+
+def _covered(resets: Sequence[Reset], first: int, last: int) -> bool:
+    """Whether a logged reset moved the partition over ``first``..``last``."""
+    return any(r.old <= first and r.new > last for r in resets)
+
+
+def _audit_partition(
+    key: PartitionKey,
+    acked: Mapping[int, bytes],
+    runs: Sequence[Run],
+    per_run: Sequence[Mapping[PartitionKey, list[Record]]],
+    resets: Sequence[Reset],
+    log_start: int,
+    read_log: LogReader | None,
+) -> PartitionAudit:
+    result = PartitionAudit(key, acknowledged=len(acked))
+    values: dict[int, bytes] = dict(acked)
+    conflicts: set[int] = set()
+    seen_before: set[int] = set()  # offsets delivered by earlier runs
+    for index, (run, by_key) in enumerate(zip(runs, per_run, strict=True)):
+        records = by_key.get(key, [])
+        result.delivered += len(records)
+        seen_here: set[int] = set()
+        start = run.start(key)
+        previous: int | None = None
+        for record in records:
+            offset = record.offset
+            known = values.setdefault(offset, record.value)
+            if known != record.value:
+                conflicts.add(offset)
+            if previous is not None and offset < previous:
+                result.backwards.append((index, previous, offset))
+            if offset in seen_here:
+                result.in_run_duplicates.append(Duplicate(offset, index))
+            elif offset in seen_before:
+                duplicate = Duplicate(offset, index, start)
+                if offset >= start:
+                    result.allowed_duplicates.append(duplicate)
+                else:
+                    result.duplicates_beyond_bound.append(duplicate)
+            expected = start if previous is None else previous + 1
+            if offset > expected and not _covered(resets, expected, offset - 1):
+                result.gaps.append(Gap(index, expected, offset - 1))
+            seen_here.add(offset)
+            previous = offset if previous is None else max(previous, offset)
+        seen_before |= seen_here
+    result.conflicting_values = sorted(conflicts)
+    last_delivered = max(seen_before, default=-1)
+    undelivered = set(acked) - seen_before
+    missing = sorted(o for o in undelivered if o >= log_start)
+    result.deleted_unread = len(undelivered) - len(missing)
+    in_log = read_log(key, missing) if missing and read_log is not None else None
+    result.lost = [
+        Lost(o, tail=o > last_delivered, in_log=None if in_log is None else o in in_log) for o in missing
+    ]
+    return result

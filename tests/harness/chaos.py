@@ -1,0 +1,689 @@
+"""The chaos soak (issue 33): clusters behind Toxiproxy, a producer per cluster, the job as a subprocess, a
+seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.audit`).
+
+:class:`ChaosSoak` runs it on proxied clusters (``ClusterPool.proxied``) and the pool's Toxiproxy:
+
+- each cluster gets topics ``chaos-a`` (2 partitions) and ``chaos-b`` (1 partition), both in stream ``s`` of a
+  metadata file the job reads through the proxies;
+- a producer thread per cluster writes numbered records (``acks=all``, idempotent) straight to its broker
+  and keeps the delivery reports of the acknowledged ones;
+- the job (``tests/integration/jobs/chaos_job.py``) checkpoints every ``checkpoint_interval`` seconds and
+  writes what it receives to a file per run;
+- topologies (:data:`TOPOLOGIES`): three single-node clusters, or one three-broker cluster (topics with
+  replication 3 and ``min.insync.replicas`` 2, where a node fault hits the leader of ``chaos-a`` 0);
+- faults (:data:`FAULT_KINDS`), one at a time on one cluster chosen at random: a fault every ``every``
+  seconds (from the previous fault's start, never before the previous heal), lasting ``lasting`` seconds;
+  ``delete-records`` caps the link at 1 KB/s so that the job falls behind, then deletes the partition up to
+  its high watermark as it heals: the job must log an offset reset, and the records it had not read count
+  as deleted, not lost;
+- after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
+  came (at most ``drain_timeout`` seconds); then the audit, with lost records looked up in the brokers' logs.
+
+A *recovery time* is the time from a heal until every record acknowledged before it has been delivered.
+Every thread is joined and every process ended before :meth:`ChaosSoak.run` returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from harness.audit import AuditReport, PartitionKey, Record, Reset, Run, audit
+from harness.kafka import KafkaCluster
+from harness.pool import proxy_name
+from harness.processes import end_process, tail_file
+from harness.toxiproxy import Toxiproxy
+from multicluster_source import ClusterMetadata, KafkaStream
+from multicluster_source.testing import write_metadata_file
+
+JOB = Path(__file__).resolve().parents[1] / "integration" / "jobs" / "chaos_job.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+SEED_ENV = "MCS_CHAOS_SEED"
+SECONDS_ENV = "MCS_CHAOS_SECONDS"
+TOPOLOGY_ENV = "MCS_CHAOS_TOPOLOGY"
+TOPOLOGIES: dict[str, tuple[tuple[str, ...], int]] = {
+    # name -> (the pool's proxied clusters, nodes each)
+    "single-node": (("chaos-east", "chaos-west", "chaos-central"), 1),
+    "three-broker": (("chaos-trio",), 3),
+}
+
+FAULT_KINDS = (
+    "restart-sigterm",
+    "restart-sigkill",
+    "pause",
+    "latency",
+    "blackhole",
+    "reset-peer",
+    "bandwidth",
+    "topic-removed",
+    "job-kill-9",
+    "delete-records",
+)
+TOPICS = {"chaos-a": 2, "chaos-b": 1}
+REMOVABLE_TOPIC = "chaos-b"
+
+_RESET_LINE = re.compile(
+    r"cluster=(\S+) topic=(\S+) partition=(\d+): offset (\d+) is out of range.*?reset to the \w+ offset (\S+)"
+)
+
+
+def seed_from_env(environ: dict[str, str] | None = None) -> int:
+    """``$MCS_CHAOS_SEED`` if set, else a new random seed."""
+    value = (environ if environ is not None else os.environ).get(SEED_ENV, "").strip()
+    return int(value) if value else random.SystemRandom().randrange(2**31)
+
+
+@dataclass
+class SoakConfig:
+    """What a soak does (see the module docs)."""
+
+    seconds: float = 120.0
+    seed: int = 0
+    rate: float = 40.0  # records per second per cluster
+    every: tuple[float, float] = (10.0, 20.0)
+    lasting: tuple[float, float] = (5.0, 30.0)
+    kinds: Sequence[str] = FAULT_KINDS
+    drain_timeout: float = 200.0
+    checkpoint_interval: float = 1.0
+
+
+@dataclass
+class Fault:
+    """One injected fault: its kind, its target (a cluster id, or ``job``), and when it started and was
+    healed (seconds since the soak's start); ``recovery`` is the time from its heal until every record
+    acknowledged before the heal had been delivered (None: never, within the run; the next fault may come
+    first and lengthen it); ``healthy_gap`` is the longest time, while a cluster's fault lasted, that another
+    cluster went without a record delivered."""
+
+    kind: str
+    target: str
+    started: float
+    healed: float | None = None
+    recovery: float | None = None
+    healthy_gap: float | None = None
+    node: int | None = None  # the node of a multi-node cluster the fault hit (its partition leader)
+
+
+@dataclass
+class SoakResult:
+    """The outcome of a soak: the faults, the runs of the job, the audit and what went wrong around it."""
+
+    seed: int
+    config: SoakConfig
+    faults: list[Fault]
+    report: AuditReport
+    runs: int
+    job_crashes: list[str] = field(default_factory=list)
+    producer_errors: int = 0
+    drain_seconds: float = 0.0
+    drained: bool = False
+
+    def recovery_percentiles(self) -> tuple[float | None, float | None]:
+        """p50 and p99 of the recovery times (None without any)."""
+        times = sorted(f.recovery for f in self.faults if f.recovery is not None)
+        if not times:
+            return None, None
+        if len(times) == 1:
+            return times[0], times[0]
+        cuts = statistics.quantiles(times, n=100, method="inclusive")
+        return statistics.median(times), cuts[98]
+
+    def healthy_gap_max(self) -> float | None:
+        """The longest time a healthy cluster went without a delivery while another was faulted."""
+        return max((f.healthy_gap for f in self.faults if f.healthy_gap is not None), default=None)
+
+    def summary(self) -> str:
+        """The seed, the faults by kind, the records, and the audit's summary."""
+        kinds = Counter(f.kind for f in self.faults)
+        p50, p99 = self.recovery_percentiles()
+        unrecovered = sum(f.recovery is None for f in self.faults)
+        fmt = lambda x: "-" if x is None else f"{x:.1f}s"  # noqa: E731
+        lines = [
+            f"chaos soak seed={self.seed} seconds={self.config.seconds:.0f}: {len(self.faults)} faults "
+            f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); {self.runs} job run(s), "
+            f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}; drained "
+            f"{'yes' if self.drained else 'NO'} in {self.drain_seconds:.1f}s; recovery p50 {fmt(p50)} "
+            f"p99 {fmt(p99)}, not recovered {unrecovered}; healthy clusters' longest gap during faults "
+            f"{fmt(self.healthy_gap_max())}",
+            "faults: "
+            + "; ".join(
+                f"{f.started:.0f}s {f.kind}@{f.target}{'' if f.node is None else f'/node-{f.node}'} healed {fmt(f.healed)} recovered {fmt(f.recovery)}"
+                for f in self.faults
+            ),
+            self.report.summary(),
+        ]
+        lines += [f"crash: {c}" for c in self.job_crashes]
+        return "\n".join(lines)
+
+
+class _Producer:
+    """A thread producing numbered records to one cluster's topics, round-robin over their partitions."""
+
+    def __init__(
+        self, cluster: KafkaCluster, topics: dict[str, int], rate: float, stop: threading.Event
+    ) -> None:
+        self.cluster = cluster
+        self._topics = topics
+        self._rate = rate
+        self._stop = stop
+        self._lock = threading.Lock()
+        self.acked: list[Record] = []
+        self.errors = 0
+        self._fatal = False
+        self.thread = threading.Thread(target=self._run, name=f"mcs-chaos-producer-{cluster.cluster_id}")
+
+    def _new_producer(self) -> Producer:
+        return self.cluster.producer(
+            **{
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 120000,
+                "log_level": 2,  # the brokers go away on purpose: no line per refused connection
+            }
+        )
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.errors += 1
+            self._fatal = self._fatal or err.fatal()
+            return
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        assert topic is not None and partition is not None and offset is not None
+        record = Record(self.cluster.cluster_id, topic, partition, offset, msg.value() or b"")
+        with self._lock:
+            self.acked.append(record)
+
+    def snapshot(self) -> list[Record]:
+        """The records acknowledged so far."""
+        with self._lock:
+            return list(self.acked)
+
+    def _run(self) -> None:
+        targets = [(t, p) for t, n in self._topics.items() for p in range(n)]
+        producer = self._new_producer()
+        seq = 0
+        try:
+            while not self._stop.is_set():
+                if self._fatal:  # an idempotent producer that lost its state: a new one, as a user would
+                    producer.flush(10.0)
+                    producer = self._new_producer()
+                    self._fatal = False
+                topic, partition = targets[seq % len(targets)]
+                value = f"{self.cluster.cluster_id}-{topic}-{partition}-{seq}".encode()
+                try:
+                    producer.produce(topic, value=value, partition=partition, on_delivery=self._delivered)
+                    seq += 1
+                except BufferError:
+                    pass
+                except KafkaException:  # a fatal state shows here too: counted, and a new producer
+                    self.errors += 1
+                    self._fatal = True
+                producer.poll(0)
+                self._stop.wait(1.0 / self._rate)
+        finally:
+            producer.flush(150.0)  # message.timeout.ms bounds it: every record acknowledged or failed
+
+
+class _Job:
+    """The job subprocess: started, killed and restarted from its checkpoint directory; one output file and
+    the restored positions per run."""
+
+    def __init__(self, workdir: Path, metadata: Path, group: str, interval: float) -> None:
+        self._workdir = workdir
+        self._metadata = metadata
+        self._group = group
+        self._interval = interval
+        self.checkpoints = workdir / "ckpt"
+        self.runs: list[tuple[Path, dict[PartitionKey, int] | None]] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._read: dict[Path, int] = {}
+        self.delivered: set[tuple[PartitionKey, int]] = set()
+
+    def log(self, run: int) -> Path:
+        """The stderr of run ``run``."""
+        return self._workdir / f"job-{run}.log"
+
+    def start(self) -> None:
+        """Start a new run (restored from the newest checkpoint, if there is one)."""
+        run = len(self.runs)
+        out = self._workdir / f"run-{run}.txt"
+        self.runs.append((out, self._restored_positions()))
+        with open(self.log(run), "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(JOB),
+                    str(self._metadata),
+                    str(self.checkpoints),
+                    str(out),
+                    self._group,
+                    str(self._interval),
+                ],
+                env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+
+    def _restored_positions(self) -> dict[PartitionKey, int] | None:
+        files = sorted(self.checkpoints.glob("chk-*.json"))
+        if not files:
+            return None
+        positions = json.loads(files[-1].read_text())["positions"]
+        restored: dict[PartitionKey, int] = {}
+        for split_id, offset in positions.items():
+            cluster, topic, partition = split_id.split("/")
+            restored[(cluster, topic, int(partition))] = int(offset)
+        return restored
+
+    def kill(self) -> None:
+        """``kill -9`` of the running job."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        """End the running job (SIGTERM, then SIGKILL)."""
+        if self.proc is not None:
+            end_process(self.proc, graceful=True, timeout=15.0)
+            self.proc = None
+
+    def died(self) -> str | None:
+        """A description of the job's exit if it ended by itself (then it is forgotten), else None."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        code, self.proc = self.proc.returncode, None
+        run = len(self.runs) - 1
+        return f"run {run} exited with {code}:\n{tail_file(self.log(run), 30)}"
+
+    def follow(self) -> None:
+        """Read what the runs wrote since the last call into :attr:`delivered`."""
+        for out, _restored in self.runs:
+            if not out.exists():
+                continue
+            with open(out, "rb") as f:
+                f.seek(self._read.get(out, 0))
+                data = f.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            self._read[out] = self._read.get(out, 0) + len(complete)
+            for line in complete.decode().splitlines():
+                cluster, topic, partition, offset, _value, _at = line.split("\t")
+                self.delivered.add(((cluster, topic, int(partition)), int(offset)))
+
+    def audit_runs(self) -> list[Run]:
+        """Every run's records in order, for the audit (an incomplete last line is left out)."""
+        runs = []
+        for out, restored in self.runs:
+            records = []
+            if out.exists():
+                data = out.read_bytes()
+                for line in data[: data.rfind(b"\n") + 1].decode().splitlines():
+                    cluster, topic, partition, offset, value, _at = line.split("\t")
+                    records.append(Record(cluster, topic, int(partition), int(offset), value.encode()))
+            runs.append(Run(records, restored))
+        return runs
+
+    def delivery_times(self) -> dict[str, list[float]]:
+        """Cluster -> the wall-clock times of the polls that returned its records, in order."""
+        times: dict[str, list[float]] = {}
+        for out, _restored in self.runs:
+            if out.exists():
+                data = out.read_bytes()
+                for line in data[: data.rfind(b"\n") + 1].decode().splitlines():
+                    fields = line.split("\t")
+                    times.setdefault(fields[0], []).append(float(fields[5]))
+        return {cluster: sorted(at) for cluster, at in times.items()}
+
+    def logged_resets(self) -> list[Reset]:
+        """The offset resets the runs logged."""
+        resets = []
+        for run in range(len(self.runs)):
+            path = self.log(run)
+            text = path.read_text(errors="replace") if path.exists() else ""
+            for cluster, topic, partition, old, new in _RESET_LINE.findall(text):
+                target = int(new) if new.isdigit() else 2**62  # looked up by the client: unknown
+                resets.append(Reset((cluster, topic, int(partition)), int(old), target))
+        return resets
+
+
+def read_log(clusters: dict[str, KafkaCluster]) -> Callable[[PartitionKey, Sequence[int]], set[int]]:
+    """A :data:`harness.audit.LogReader` over the brokers (a fresh consumer, straight to the broker)."""
+
+    def read(key: PartitionKey, offsets: Sequence[int]) -> set[int]:
+        cluster, topic, partition = key
+        wanted, found = set(offsets), set[int]()
+        consumer = Consumer(
+            clusters[cluster].client_config(
+                **{"group.id": f"chaos-audit-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+            )
+        )
+        try:
+            consumer.assign([TopicPartition(topic, partition, min(wanted))])
+            deadline = time.monotonic() + 30.0
+            while time.monotonic() < deadline and max(wanted) not in found:
+                msg = consumer.poll(0.5)
+                offset = None if msg is None or msg.error() is not None else msg.offset()
+                if offset is None:
+                    continue
+                found.add(offset)
+                if offset >= max(wanted):
+                    break
+        finally:
+            consumer.close()
+        return found & wanted
+
+    return read
+
+
+class ChaosSoak:
+    """One soak over ``clusters`` (from ``ClusterPool.proxied``) and the pool's ``toxiproxy``, in ``workdir``;
+    ``say`` gets a line per fault as it is injected."""
+
+    def __init__(
+        self,
+        clusters: Sequence[KafkaCluster],
+        toxiproxy: Toxiproxy,
+        config: SoakConfig,
+        workdir: Path,
+        *,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self._clusters = {c.cluster_id: c for c in clusters}
+        self._toxiproxy = toxiproxy
+        self._config = config
+        self._workdir = workdir
+        self._say = say
+        self._rng = random.Random(config.seed)
+        self._topics: dict[str, dict[str, str]] = {}  # cluster -> logical name -> topic
+        self._metadata = workdir / "streams.yaml"
+        self._t0 = 0.0
+        self._deleted: dict[PartitionKey, int] = {}  # partition -> log start set by a deletion
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _write_metadata(self, without: tuple[str, str] | None = None) -> None:
+        parts = {}
+        for cid, cluster in self._clusters.items():
+            topics = frozenset(
+                actual for logical, actual in self._topics[cid].items() if (cid, logical) != without
+            )
+            parts[cid] = ClusterMetadata(cid, cluster.proxied_bootstrap_servers, topics)
+        write_metadata_file(self._metadata, [KafkaStream("s", parts)])
+
+    def _leader(self, target: str) -> int:
+        """The node to fault on ``target``: its only node, or the leader of ``chaos-a`` partition 0."""
+        cluster = self._clusters[target]
+        nodes = sorted(cluster.node_racks)
+        if len(nodes) == 1:
+            return nodes[0]
+        topic = self._topics[target]["chaos-a"]
+        try:
+            leader = int(cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
+        except Exception:  # the metadata not answered: any node will do
+            leader = -1
+        return leader if leader in nodes else nodes[0]
+
+    def _inject(self, kind: str, target: str, node: int, job: _Job) -> None:
+        cluster = self._clusters.get(target)
+        proxy = proxy_name(target, node)
+        if kind == "job-kill-9":
+            job.kill()
+        elif cluster is None:
+            raise ValueError(f"{kind} needs a cluster, not {target!r}")
+        elif kind in ("restart-sigterm", "restart-sigkill"):
+            cluster.stop_node(node, graceful=kind == "restart-sigterm")
+        elif kind == "pause":
+            cluster.pause_node(node)
+        elif kind == "latency":
+            self._toxiproxy.add_toxic(proxy, "latency", {"latency": 800, "jitter": 400})
+        elif kind == "blackhole":
+            for stream in ("upstream", "downstream"):
+                self._toxiproxy.add_toxic(proxy, "timeout", {"timeout": 0}, stream=stream)
+        elif kind == "reset-peer":
+            self._toxiproxy.add_toxic(proxy, "reset_peer", {"timeout": 2000}, stream="upstream")
+        elif kind == "delete-records":  # the reader falls behind; the heal deletes what it has not read
+            self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 1})
+        elif kind == "bandwidth":
+            self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 4})  # KB/s
+        elif kind == "topic-removed":
+            self._write_metadata(without=(target, REMOVABLE_TOPIC))
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}")
+
+    def _delete_records(self, target: str) -> None:
+        """``delete_records`` of everything in partition 0 of ``chaos-a`` on ``target`` (up to its high
+        watermark): what the job has not read yet is gone, and its reader must reset (logged)."""
+        topic = self._topics[target]["chaos-a"]
+        request = TopicPartition(topic, 0, OFFSET_END)
+        [future] = self._clusters[target].admin().delete_records([request], request_timeout=30).values()
+        log_start = int(future.result(30).low_watermark)
+        key = (target, topic, 0)
+        self._deleted[key] = max(log_start, self._deleted.get(key, 0))
+        self._say(f"[chaos seed={self._config.seed}] deleted {target}/{topic}/0 up to {log_start}")
+
+    def _gone(self, owed: set[tuple[PartitionKey, int]]) -> set[tuple[PartitionKey, int]]:
+        """The records of ``owed`` that a deletion removed on purpose."""
+        return {entry for entry in owed if entry[1] < self._deleted.get(entry[0], -1)}
+
+    def _restore_nodes(self) -> None:
+        """Resume every paused node and start every stopped one."""
+        for cluster in self._clusters.values():
+            for node in sorted(cluster.node_racks):
+                cluster.resume_node(node)
+                if not cluster.node_running(node):
+                    cluster.start_node(node)
+
+    def _heal_all(self, job: _Job) -> None:
+        self._toxiproxy.reset()
+        self._restore_nodes()
+        self._write_metadata()
+        if job.proc is None:
+            job.start()
+
+    def run(self) -> SoakResult:
+        """Run the soak; every thread and process it starts has ended when it returns."""
+        config = self._config
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        self._toxiproxy.reset()
+        for cid, cluster in self._clusters.items():
+            replicas = min(3, len(cluster.node_racks))
+            topic_config = {"min.insync.replicas": "2"} if replicas == 3 else {}
+            self._topics[cid] = {
+                logical: cluster.create_topic(logical, n, replicas, topic_config)
+                for logical, n in TOPICS.items()
+            }
+        self._write_metadata()
+        stop = threading.Event()
+        producers = [
+            _Producer(c, {self._topics[cid][t]: n for t, n in TOPICS.items()}, config.rate, stop)
+            for cid, c in self._clusters.items()
+        ]
+        job = _Job(self._workdir, self._metadata, f"chaos-{uuid.uuid4().hex[:8]}", config.checkpoint_interval)
+        faults: list[Fault] = []
+        crashes: list[str] = []
+        pending: list[tuple[Fault, set[tuple[PartitionKey, int]]]] = []
+        self._t0 = time.monotonic()
+        wall0 = time.time()
+
+        def acked_now() -> set[tuple[PartitionKey, int]]:
+            return {(r.key, r.offset) for p in producers for r in p.snapshot()}
+
+        def tick() -> None:
+            died = job.died()
+            if died is not None:
+                crashes.append(f"at {self._now():.0f}s: {died}")
+                self._say(f"[chaos] the job died by itself: {died}")
+                job.start()
+            job.follow()
+            for entry in list(pending):
+                fault, owed = entry
+                owed -= job.delivered
+                owed -= self._gone(owed)
+                if not owed:
+                    fault.recovery = self._now() - (fault.healed or 0.0)
+                    pending.remove(entry)
+
+        drain_seconds, drained = 0.0, False
+        try:
+            for p in producers:
+                p.thread.start()
+            job.start()
+            next_fault = self._rng.uniform(*config.every)
+            while self._now() < config.seconds:
+                if self._now() < next_fault:
+                    tick()
+                    time.sleep(0.25)
+                    continue
+                kind = self._rng.choice(list(config.kinds))
+                target = "job" if kind == "job-kill-9" else self._rng.choice(sorted(self._clusters))
+                lasting = self._rng.uniform(*config.lasting)
+                if kind == "job-kill-9":
+                    lasting = min(lasting, 10.0)  # the job is away for this long
+                on_node = kind not in ("job-kill-9", "topic-removed")
+                node = self._leader(target) if on_node else 0
+                many = on_node and len(self._clusters[target].node_racks) > 1
+                fault = Fault(kind, target, self._now(), node=node if many else None)
+                faults.append(fault)
+                self._say(
+                    f"[chaos seed={config.seed}] {fault.started:.0f}s: {kind} on {target}"
+                    f"{'' if fault.node is None else f' node {fault.node}'} for {lasting:.0f}s"
+                )
+                self._inject(kind, target, node, job)
+                heal_at = fault.started + lasting
+                while self._now() < heal_at:
+                    tick()
+                    time.sleep(0.25)
+                if kind == "delete-records":
+                    self._delete_records(target)
+                # the heal starts now (a broker's restart takes seconds, which the recovery includes)
+                fault.healed = self._now()
+                pending.append((fault, acked_now()))
+                self._heal_all(job)
+                next_fault = max(fault.started + self._rng.uniform(*config.every), self._now() + 1.0)
+            self._heal_all(job)
+            stop.set()
+            for p in producers:
+                p.thread.join(200.0)
+            drain_started = time.monotonic()
+            owed = acked_now()
+            owed -= self._gone(owed)
+            while time.monotonic() - drain_started < config.drain_timeout:
+                tick()
+                if owed <= job.delivered and not pending:
+                    drained = True
+                    break
+                time.sleep(0.5)
+            drain_seconds = time.monotonic() - drain_started
+            tick()
+        finally:
+            stop.set()
+            for p in producers:
+                p.thread.join(200.0)
+            job.stop()
+            with_errors = [p for p in producers if p.thread.is_alive()]
+            try:
+                self._toxiproxy.reset()
+            finally:
+                self._restore_nodes()
+            if with_errors:
+                raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
+        healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
+        acknowledged = [r for p in producers for r in p.snapshot()]
+        report = audit(
+            acknowledged,
+            job.audit_runs(),
+            resets=job.logged_resets(),
+            deleted=self._deleted,
+            read_log=read_log(self._clusters),
+        )
+        return SoakResult(
+            seed=config.seed,
+            config=config,
+            faults=faults,
+            report=report,
+            runs=len(job.runs),
+            job_crashes=crashes,
+            producer_errors=sum(p.errors for p in producers),
+            drain_seconds=drain_seconds,
+            drained=drained,
+        )
+
+    def cleanup(self) -> None:
+        """Remove the soak's files (the caller keeps them after a failure)."""
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def healthy_gaps(
+    faults: Sequence[Fault], times: dict[str, list[float]], wall0: float, clusters: Sequence[str]
+) -> None:
+    """Set each cluster fault's ``healthy_gap`` from the other clusters' delivery times."""
+    for fault in faults:
+        if fault.target not in clusters or fault.healed is None:
+            continue
+        start, end = wall0 + fault.started, wall0 + fault.healed
+        gaps = []
+        for cluster in clusters:
+            if cluster != fault.target:
+                inside = [t for t in times.get(cluster, []) if start < t < end]
+                edges = [start, *inside, end]
+                gaps.append(max(b - a for a, b in itertools.pairwise(edges)))
+        fault.healthy_gap = max(gaps, default=None)
+
+
+def describe(result: SoakResult) -> dict[str, Any]:
+    """The result as plain data (for a benchmark's JSON)."""
+    p50, p99 = result.recovery_percentiles()
+    report = result.report
+    return {
+        "seed": result.seed,
+        "seconds": result.config.seconds,
+        "faults": dict(Counter(f.kind for f in result.faults)),
+        "runs": result.runs,
+        "job_crashes": len(result.job_crashes),
+        "acknowledged": report.acknowledged,
+        "delivered": report.delivered,
+        "lost": report.lost,
+        "deleted_unread": report.deleted_unread,
+        "in_run_duplicates": report.in_run_duplicates,
+        "duplicates_within_bounds": report.allowed_duplicates,
+        "duplicates_beyond_bounds": report.duplicates_beyond_bound,
+        "gaps": report.gaps,
+        "conflicting_values": report.conflicting_values,
+        "backwards": report.backwards,
+        "stuck_partitions": len(report.stuck_partitions),
+        "recovery_p50_s": p50,
+        "recovery_p99_s": p99,
+        "healthy_gap_max_s": result.healthy_gap_max(),
+        "drained": result.drained,
+        "drain_seconds": result.drain_seconds,
+    }

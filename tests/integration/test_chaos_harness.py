@@ -1,0 +1,93 @@
+"""The chaos harness itself (issue 33): a proxied cluster's clients reach it through its Toxiproxy proxy while
+the harness's own clients talk to the broker directly, so a fault on the proxy holds back the reader, not
+the producer; a paused broker answers nobody until it is resumed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from harness import ClusterPool, ClusterUnavailable
+from harness.kafka import KafkaCluster
+from harness.pool import proxy_name
+from harness.toxiproxy import Toxiproxy
+
+pytestmark = pytest.mark.integration
+
+
+def _read(consumer: Consumer, count: int, timeout: float) -> list[bytes]:
+    """Up to ``count`` values within ``timeout`` seconds."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value() or b"")
+    return got
+
+
+@pytest.fixture
+def proxied(cluster_pool: ClusterPool) -> tuple[KafkaCluster, Toxiproxy]:
+    try:
+        [cluster] = cluster_pool.proxied(["chaos-east"])
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    toxiproxy = cluster_pool.toxiproxy()
+    toxiproxy.reset()
+    return cluster, toxiproxy
+
+
+def test_a_blackholed_proxy_holds_back_the_reader_and_not_the_producer(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    cluster, toxiproxy = proxied
+    topic = cluster.create_topic("harness-proxy")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.proxied_bootstrap_servers,
+            "group.id": "harness-proxy",
+            "enable.auto.commit": False,
+            "log_level": 2,
+        }
+    )
+    try:
+        # the metadata through the proxy names the proxy's port, not the broker's
+        advertised = {(b.host, b.port) for b in consumer.list_topics(timeout=30).brokers.values()}
+        assert advertised == {("127.0.0.1", cluster.proxy_ports[0][0])}
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        cluster.produce(topic, [b"before"])
+        assert _read(consumer, 1, 30) == [b"before"]
+
+        for stream in ("upstream", "downstream"):
+            toxiproxy.add_toxic(proxy_name("chaos-east", 0), "timeout", {"timeout": 0}, stream=stream)
+        cluster.produce(topic, [b"during"])  # straight to the broker: acknowledged while the proxy is cut
+        assert _read(consumer, 1, 3) == [], "a record came through a blackholed proxy"
+
+        toxiproxy.reset()
+        assert toxiproxy.toxics(proxy_name("chaos-east", 0)) == []
+        assert _read(consumer, 1, 60) == [b"during"], "the reader did not come back after the heal"
+    finally:
+        consumer.close()
+        toxiproxy.reset()
+
+
+def test_a_paused_broker_answers_once_resumed(proxied: tuple[KafkaCluster, Toxiproxy]) -> None:
+    cluster, _toxiproxy = proxied
+    topic = cluster.create_topic("harness-pause")
+    producer = cluster.producer(**{"acks": "all", "log_level": 2})
+    acknowledged: list[int | None] = []
+    try:
+        cluster.pause_node(0)
+        assert cluster.node_running(0), "a paused broker's process is still there"
+        producer.produce(topic, b"x", on_delivery=lambda err, msg: acknowledged.append(msg.offset()))
+        producer.flush(2.0)
+        assert acknowledged == [], "a paused broker acknowledged a record"
+    finally:
+        cluster.resume_node(0)
+    try:
+        assert producer.flush(60.0) == 0
+        assert acknowledged == [0]
+    finally:
+        producer.close()

@@ -1,0 +1,63 @@
+"""The chaos soak (issue 33): three single-node Apache Kafka clusters behind Toxiproxy, a producer per
+cluster, the job as a subprocess with periodic checkpoints, and a seeded schedule of faults (broker restarts
+with SIGTERM and SIGKILL, pauses, latency, blackholes, connection resets, a bandwidth cap, a topic removed
+and re-added, ``kill -9`` of the job and its restore, ``delete_records`` under a reader that lags) for ``MCS_CHAOS_SECONDS`` (default 120); then heal,
+drain and the exact audit (``harness.chaos``, ``harness.audit``).
+
+The seed comes from ``MCS_CHAOS_SEED`` (else a new one); it is printed and in every assertion message:
+``MCS_CHAOS_SEED=<seed> MCS_CHAOS_SECONDS=<s> pytest tests/integration/test_chaos_soak.py`` replays the
+schedule. ``MCS_CHAOS_TOPOLOGY=three-broker`` runs it on one three-broker cluster instead (replication 3,
+``min.insync.replicas`` 2; broker faults hit the leader). The long run is ``python benchmarks/bench_chaos.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import ClusterPool, ClusterUnavailable
+from harness.chaos import SECONDS_ENV, TOPOLOGIES, TOPOLOGY_ENV, ChaosSoak, SoakConfig, seed_from_env
+
+pytestmark = pytest.mark.integration
+
+SECONDS = float(os.environ.get(SECONDS_ENV, "120"))
+TOPOLOGY = os.environ.get(TOPOLOGY_ENV, "single-node")
+
+
+@pytest.mark.timeout(int(SECONDS) + 900)
+def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
+    cluster_pool: ClusterPool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed = seed_from_env()
+    with capsys.disabled():
+        print(f"\n[chaos] seed={seed} seconds={SECONDS:.0f} {TOPOLOGY} (replay: MCS_CHAOS_SEED={seed})")
+    names, nodes = TOPOLOGIES[TOPOLOGY]
+    try:
+        clusters = cluster_pool.proxied(names, nodes=nodes)
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    config = SoakConfig(seconds=SECONDS, seed=seed)
+
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(line)
+
+    result = ChaosSoak(clusters, cluster_pool.toxiproxy(), config, tmp_path / "soak", say=say).run()
+    with capsys.disabled():
+        print(result.summary())
+    report = result.report
+    replay = (
+        f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f} {TOPOLOGY_ENV}={TOPOLOGY})\n"
+        f"{result.summary()}"
+    )
+    assert result.faults, f"no fault was injected: {replay}"
+    assert report.acknowledged > 0, f"no record was acknowledged: {replay}"
+    assert result.job_crashes == [], f"the job died by itself: {replay}"
+    assert result.drained, f"acknowledged records still not delivered after the drain: {replay}"
+    assert report.lost == 0, f"records lost: {replay}"
+    assert report.stuck_partitions == [], f"stuck partitions: {replay}"
+    assert report.in_run_duplicates == 0, f"records returned twice in one run: {replay}"
+    assert report.duplicates_beyond_bound == 0, f"duplicates before a restored position: {replay}"
+    assert (report.gaps, report.conflicting_values, report.backwards) == (0, 0, 0), replay
