@@ -40,6 +40,23 @@ def _twice(records: list[SourceRecord], topic: str) -> list[int]:
     return sorted(o for o, n in counts.items() if n > 1)
 
 
+def _two_topics(cluster: Cluster, tmp_path: Path, prefix: str) -> tuple[str, str, Path, Any]:
+    """Topics ``a`` and ``b`` of 200 records each in a metadata file, and a source over it that fetches
+    batches of 10 (so that several wait in the hand-off)."""
+    a = cluster.create_topic(f"{prefix}-a", partitions=1)
+    b = cluster.create_topic(f"{prefix}-b", partitions=1)
+    cluster.produce(a, [f"a-{i}".encode() for i in range(200)])
+    cluster.produce(b, [f"b-{i}".encode() for i in range(200)])
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", cluster_md(cluster, a, b))])
+    source = (
+        builder(FileMetadataService(path), stream_ids=["s"])
+        .set_property("reader.batch.max.records", "10")
+        .build()
+    )
+    return a, b, path, source
+
+
 @pytest.mark.parametrize(
     "poll_while_removed", [True, False], ids=["polled-while-removed", "idle-while-removed"]
 )
@@ -49,19 +66,9 @@ def test_a_topic_removed_and_re_added_returns_no_record_twice(
     """Issue 33, finding 1: records of ``b`` fetched before its removal wait in the hand-off (the caller is
     idle); none of them is returned while ``b`` is out of the metadata, and after the re-add every record of
     ``b`` comes exactly once (idle while removed: the stale batches are still there when ``b`` resumes)."""
-    a = kafka_cluster.create_topic("readd-a", partitions=1)
-    b = kafka_cluster.create_topic("readd-b", partitions=1)
-    kafka_cluster.produce(a, [f"a-{i}".encode() for i in range(200)])
-    kafka_cluster.produce(b, [f"b-{i}".encode() for i in range(200)])
-    path = tmp_path / "streams.yaml"
+    a, b, path, source = _two_topics(kafka_cluster, tmp_path, "readd")
     both = [stream("s", cluster_md(kafka_cluster, a, b))]
     only_a = [stream("s", cluster_md(kafka_cluster, a))]
-    write_metadata_file(path, both)
-    source = (
-        builder(FileMetadataService(path), stream_ids=["s"])
-        .set_property("reader.batch.max.records", "10")
-        .build()
-    )
     got: list[SourceRecord] = []
     with source.open(parallelism=1) as s:
         # a few records at a time until one of b has come: the rest of what was fetched waits in the hand-off
@@ -95,18 +102,8 @@ def test_run_a_topic_removed_and_re_added_hands_no_record_twice(
     """Finding 1 on the push API: the worker takes its batches through the same delivery as ``poll``, the
     removal's fence reaches it, and batches of ``b`` fetched before the removal that still wait for a slow
     handler are never handed to it, neither while ``b`` is removed nor after it came back."""
-    a = kafka_cluster.create_topic("run-readd-a", partitions=1)
-    b = kafka_cluster.create_topic("run-readd-b", partitions=1)
-    kafka_cluster.produce(a, [f"a-{i}".encode() for i in range(200)])
-    kafka_cluster.produce(b, [f"b-{i}".encode() for i in range(200)])
-    path = tmp_path / "streams.yaml"
+    a, b, path, source = _two_topics(kafka_cluster, tmp_path, "run-readd")
     both = [stream("s", cluster_md(kafka_cluster, a, b))]
-    write_metadata_file(path, both)
-    source = (
-        builder(FileMetadataService(path), stream_ids=["s"])
-        .set_property("reader.batch.max.records", "10")
-        .build()
-    )
     handled: list[SourceRecord] = []
     lock = threading.Lock()
     slow = threading.Event()

@@ -53,6 +53,16 @@ _ALL = 1 << 30
 """No limit on the records of one take: the handler gets one fetch batch at a time (``gather=1``)."""
 
 
+def _widened(
+    merged: dict[str, tuple[int, int]] | None, times: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """``merged`` (a new dict when None) with each split's event-time range widened by ``times``."""
+    out = {} if merged is None else merged
+    for sid, (low, high) in times.items():
+        widen_event_times(out, sid, low, high)
+    return out
+
+
 class _CountingHandoff(Handoff):
     """A :class:`Handoff` that counts the batches taken (by the handler thread): a finished split is
     reported once every batch emitted before it was taken and its records handled."""
@@ -264,11 +274,7 @@ class WorkerHost:
         self._unsent_positions.update(positions)
         self._unsent_records += records
         if times:
-            merged = self._unsent_times
-            if merged is None:
-                merged = self._unsent_times = {}
-            for sid, (low, high) in times.items():
-                widen_event_times(merged, sid, low, high)
+            self._unsent_times = _widened(self._unsent_times, times)
         if time.monotonic() - self._last_delivered >= _DELIVERED_EVERY_S:
             self._flush_delivered_locked()
 
@@ -371,11 +377,7 @@ class WorkerHost:
         assert self._event_times is not None
         found = self._event_times(RecordBatch(cluster_id, messages, {}, times), records, self._watermark_now)
         if found:
-            merged = self._chunk_times
-            if merged is None:
-                merged = self._chunk_times = {}
-            for sid, (low, high) in found.items():
-                widen_event_times(merged, sid, low, high)
+            self._chunk_times = _widened(self._chunk_times, found)
 
     def _failure(self, kind: str, error: BaseException) -> None:
         if self._failed:
