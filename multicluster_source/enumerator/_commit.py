@@ -65,8 +65,8 @@ class CommitWait:
                 self._checkpoint_id,
                 self.limit,
             )
-        for cid in self.skipped:
-            _log.info(
+        for cid in self.skipped:  # its committer logged when it stopped answering, and does when it answers
+            _log.debug(
                 "cluster=%s: not answering; the offsets of checkpoint %d are owed, committed when it answers",
                 cid,
                 self._checkpoint_id,
