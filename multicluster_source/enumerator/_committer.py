@@ -74,7 +74,6 @@ class _Round:
         self.started = started
         self.waiting: dict[tuple[str, int], Offsets] = {}  # first partition of a request -> its offsets
         self.failed: Offsets = {}
-        self.stored: Offsets = {}
         self.error: str | None = None
 
 
@@ -87,7 +86,6 @@ class GroupCommitter:
         client_properties: Mapping[str, Any],
         group_id: str,
         *,
-        on_committed: Callable[[Offsets], None] = lambda offsets: None,
         answer_within_s: float = 5.0,
         retry_backoff_s: float = 1.0,
         consumer_factory: ConsumerFactory = default_consumer_factory,
@@ -96,14 +94,12 @@ class GroupCommitter:
         self.cluster_id = cluster_id
         self._group_id = group_id
         self._props = dict(client_properties)
-        self._on_committed = on_committed
         self._answer_within_s = answer_within_s
         self._retry_backoff_s = retry_backoff_s
         self._factory = consumer_factory
         self._lock = threading.Condition()
         self._owed: Offsets = {}
         self._seq = 0  # submits so far
-        self._done_seq = 0  # every submit up to this one is stored
         self._futures: list[tuple[int, Future[None]]] = []
         self._answering = True
         self._retry_at = 0.0
@@ -270,20 +266,13 @@ class GroupCommitter:
             if key not in offsets:
                 continue
             bad = error if error is not None else tp.error
-            if bad is None:
-                rnd.stored[key] = offsets[key]
-            else:
+            if bad is not None:
                 rnd.failed[key] = offsets[key]
                 rnd.error = str(bad)
         if not rnd.waiting:
             self._finish(rnd)
 
     def _finish(self, rnd: _Round) -> None:
-        if rnd.stored:
-            try:
-                self._on_committed(dict(rnd.stored))
-            except Exception:  # metrics only
-                _log.exception("cluster=%s: offset commit callback failed", self.cluster_id)
         with self._lock:
             self._round = None
             if rnd.failed:
@@ -301,7 +290,6 @@ class GroupCommitter:
             if not self._answering:
                 _log.info("cluster=%s: offsets committed again", self.cluster_id)
             self._answering = True
-            self._done_seq = rnd.seq
             ready = [f for seq, f in self._futures if seq <= rnd.seq]
             self._futures = [(seq, f) for seq, f in self._futures if seq > rnd.seq]
         for future in ready:

@@ -187,7 +187,7 @@ class Delivery:
         return self._batch
 
     def _advance_alone(self, batch: RecordBatch) -> None:
-        """Positions without messages: an offset reset's, or what is left of a batch of fenced splits."""
+        """Positions without messages, as the fetcher handed them on (an offset reset's, say)."""
         if self._tracker is None:
             self._advance_to(batch.positions)
         else:
@@ -213,12 +213,13 @@ class Delivery:
                 return batch
         cid = batch.cluster_id
         kept = []
+        left: set[str] = set()  # splits with a message kept
         for m in batch.messages:
             sid = f"{cid}/{m.topic()}/{m.partition()}"
             if sid in fenced or m.offset() < floors.get(sid, -1):
                 continue
             kept.append(m)
-        left = {f"{cid}/{m.topic()}/{m.partition()}" for m in kept}
+            left.add(sid)
         dropped = {s for s in batch.positions if s in fenced or (s in floors and s not in left)}
         times = batch.event_times
         if isinstance(times, BatchEventTimes):
