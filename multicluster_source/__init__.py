@@ -18,6 +18,7 @@ from multicluster_source.exceptions import (
     MetadataValidationError,
     MultiClusterSourceError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     SourceFailedError,
     StreamClosedError,
 )
@@ -68,6 +69,7 @@ from multicluster_source.ops._tracking import TopicTrackingDisabledError
 from multicluster_source.runtime.pull._async import AsyncSourceStream
 from multicluster_source.runtime.pull._stream import SourceStream
 from multicluster_source.runtime.push._control import RunControl, RunResult
+from multicluster_source.sink import ExactlyOnceKafkaSink
 
 __version__ = "0.3.0"
 
@@ -83,6 +85,7 @@ __all__ = [
     "DefaultRackAwareStandbyAssignor",
     "DeserializationError",
     "DirectoryCheckpointStorage",
+    "ExactlyOnceKafkaSink",
     "FileMetadataService",
     "HandoverGapError",
     "HybridSource",
@@ -110,6 +113,7 @@ __all__ = [
     "ObjectStoreCheckpointStorage",
     "OffsetOutOfRangeError",
     "OffsetsInitializer",
+    "ProducerFencedError",
     "RackAwareStandbyAssignor",
     "RawRecord",
     "ReplicaOf",

@@ -6,6 +6,7 @@ The builder's setters and checks live in :mod:`multicluster_source._builder`; he
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from multicluster_source._builder import Deserializer, RackIdSupplier, SourceBuilderBase
+from multicluster_source.enumerator._identity import ClusterIdentities
 from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
-from multicluster_source.enumerator._offsets import OffsetsInitializer
+from multicluster_source.enumerator._offsets import OffsetsInitializer, handover_offsets
 from multicluster_source.enumerator._settings import EnumeratorSettings
 from multicluster_source.enumerator._standby import RackAwareStandbyAssignor
 from multicluster_source.enumerator._state import EnumeratorState
@@ -37,6 +39,8 @@ from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 from multicluster_source.runtime.core._factory import validate_reader_racks
 from multicluster_source.runtime.pull._async import AsyncSourceStream
 from multicluster_source.runtime.pull._stream import SourceStream
+from multicluster_source.sink._sink import ExactlyOnceKafkaSink
+from multicluster_source.sink._transactions import TransactionalSink
 
 if TYPE_CHECKING:
     from multicluster_source.runtime.push._control import RunResult
@@ -104,6 +108,9 @@ class MultiClusterKafkaSource:
         self.options = options
         self.client_properties = dict(client_properties)
         self.client_id_prefix = client_id_prefix
+        self.identities: ClusterIdentities | None = None
+        """Set on the copy an exactly-once sink opens: the Kafka cluster ids the per-cluster enumerators
+        learn and check (see :mod:`multicluster_source.enumerator._identity`)."""
         self.topic_status_store = topic_status_store
         """The store set on the builder; None: the default (see ``create_topic_tracker``)."""
 
@@ -127,14 +134,21 @@ class MultiClusterKafkaSource:
         admin_address: str | None = None,
         registry: Any = None,
         admin_token: str | None = None,
+        sink: ExactlyOnceKafkaSink | None = None,
     ) -> SourceStream:
         """Start reading with ``parallelism`` readers; restores from the newest checkpoint in
         ``checkpoint_dir``. Raises :class:`MetadataError` when no good metadata can be read at start.
 
         ``admin_address`` (``"127.0.0.1:0"`` picks a free port) starts the admin HTTP server
         (``SourceStream.admin_url``); an address that is not loopback needs ``admin_token``, a bearer token
-        every request but ``/health`` must carry."""
-        racks = self._check_open(parallelism, checkpoint_dir, checkpoint_interval, reader_racks)
+        every request but ``/health`` must carry.
+
+        ``sink`` (an :class:`ExactlyOnceKafkaSink`) makes the job's results exactly once: what
+        ``stream.produce(...)`` sends commits in one transaction with the positions of the records returned,
+        every ``checkpoint_interval`` seconds, at ``checkpoint()`` and at ``close()``; the stream starts
+        from the positions the sink committed (they win over ``checkpoint_dir``, which is optional then).
+        See docs/guides/exactly-once.md."""
+        racks = self._check_open(parallelism, checkpoint_dir, checkpoint_interval, reader_racks, sink)
         if self.options.num_standby_replicas > 0 and len(set(racks.values())) < 2:
             _log.warning(
                 "source=%s: num.standby.replicas=%d but readers are not spread over two racks or more; "
@@ -142,16 +156,46 @@ class MultiClusterKafkaSource:
                 self.name,
                 self.options.num_standby_replicas,
             )
-        return SourceStream(
-            self,
-            parallelism=parallelism,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_interval=checkpoint_interval,
-            registry=registry,
-            admin_address=admin_address,
-            admin_token=admin_token,
-            reader_racks=racks,
+        if sink is None:
+            return SourceStream(
+                self,
+                parallelism=parallelism,
+                checkpoint_dir=checkpoint_dir,
+                checkpoint_interval=checkpoint_interval,
+                registry=registry,
+                admin_address=admin_address,
+                admin_token=admin_token,
+                reader_racks=racks,
+            )
+        session = TransactionalSink(sink, self.name)
+        session.open(checkpoint_interval)  # fences an earlier instance, reads the committed positions
+        try:
+            return SourceStream(
+                self._with_sink_positions(session),
+                parallelism=parallelism,
+                checkpoint_dir=checkpoint_dir,
+                checkpoint_interval=checkpoint_interval,
+                registry=registry,
+                admin_address=admin_address,
+                admin_token=admin_token,
+                reader_racks=racks,
+                sink=session,
+            )
+        except BaseException:
+            session.close()
+            raise
+
+    def _with_sink_positions(self, session: TransactionalSink) -> MultiClusterKafkaSource:
+        """A copy of this source that starts the splits the sink holds at their committed positions (the
+        others as this source would) and checks that each cluster id is still the Kafka cluster those
+        positions were written for."""
+        started = copy.copy(self)
+        if session.committed:
+            started.starting = handover_offsets(session.committed, self.starting, gap_policy="warn")
+        started.identities = ClusterIdentities(
+            session.expected_identities(), what=f"positions in {session.sink.positions_topic}"
         )
+        return started
 
     def open_async(
         self,
@@ -163,11 +207,14 @@ class MultiClusterKafkaSource:
         admin_address: str | None = None,
         registry: Any = None,
         admin_token: str | None = None,
+        sink: ExactlyOnceKafkaSink | None = None,
     ) -> AsyncSourceStream:
         """:meth:`open` for asyncio code (same arguments): ``async with source.open_async(...) as stream``
         (or ``stream = await source.open_async(...)``) starts the source without blocking the event loop and
         gives an :class:`AsyncSourceStream`. Bad arguments raise :class:`ConfigurationError` here, at once."""
-        self._check_open(parallelism, checkpoint_dir, checkpoint_interval, reader_racks)
+        self._check_open(parallelism, checkpoint_dir, checkpoint_interval, reader_racks, sink)
+        if sink is not None:
+            sink.check_interval(checkpoint_interval)
 
         def opener() -> SourceStream:
             return self.open(
@@ -177,9 +224,12 @@ class MultiClusterKafkaSource:
                 admin_address=admin_address,
                 registry=registry,
                 admin_token=admin_token,
+                sink=sink,
+                # with a sink the stream commits when the asyncio stream says so (see AsyncSourceStream)
+                checkpoint_interval=checkpoint_interval if sink is not None else None,
             )
 
-        return AsyncSourceStream(opener, checkpoint_interval)
+        return AsyncSourceStream(opener, checkpoint_interval, sink=sink is not None)
 
     def _check_open(
         self,
@@ -187,11 +237,14 @@ class MultiClusterKafkaSource:
         checkpoint_dir: str | None,
         checkpoint_interval: float | None,
         reader_racks: Mapping[int, str] | Sequence[str | None] | None,
+        sink: ExactlyOnceKafkaSink | None = None,
     ) -> dict[int, str | None]:
         if not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"open(parallelism=...): must be an int >= 1, got {parallelism!r}")
+        if sink is not None and not isinstance(sink, ExactlyOnceKafkaSink):
+            raise ConfigurationError(f"open(sink=...): an ExactlyOnceKafkaSink, got {type(sink).__name__}")
         if checkpoint_interval is not None:
-            if checkpoint_dir is None:
+            if checkpoint_dir is None and sink is None:
                 raise ConfigurationError("open(checkpoint_interval=...) needs checkpoint_dir")
             if checkpoint_interval <= 0:
                 raise ConfigurationError(
@@ -239,6 +292,7 @@ class MultiClusterKafkaSource:
             standby_assignor=self.standby_assignor,
             replica_sync_wait_s=opts.replica_sync_wait_ms / 1000.0,
             replica_failover_unreachable_ms=opts.replica_failover_unreachable_ms,
+            identities=self.identities,
         )
         return MultiClusterEnumerator(context, settings, state)
 

@@ -12,6 +12,9 @@ The tree::
     ├── StreamClosedError (+RuntimeError) poll, poll_batches or iteration on a stream already closed
     ├── HandoverGapError               a hybrid handover position is below the live partition's earliest
     │                                  offset (the archive ends before retention); names the split
+    ├── ClusterIdentityError           a cluster id of the metadata now points at another Kafka cluster
+    │                                  than the positions of an exactly-once sink were read from
+    ├── ProducerFencedError            another job opened the same exactly-once sink (``transactional_id``)
     └── SourceFailedError              a reader or the enumerator failed; ``__cause__`` holds the original
         └── OffsetOutOfRangeError      a position left the log and ``auto.offset.reset=error`` forbids a reset
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "ClusterIdentityError",
     "ConfigurationError",
     "DeserializationError",
     "HandoverGapError",
@@ -29,6 +33,7 @@ __all__ = [
     "MetadataValidationError",
     "MultiClusterSourceError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "SourceFailedError",
     "StreamClosedError",
 ]
@@ -127,3 +132,18 @@ class OffsetOutOfRangeError(SourceFailedError):
             f"cluster={cluster_id} topic={topic} partition={partition}: offset {offset} is out of range "
             f"(no longer in the log) and auto.offset.reset=error"
         )
+
+
+class ClusterIdentityError(MultiClusterSourceError):
+    """A cluster id of the metadata now points at another Kafka cluster than an exactly-once sink's positions.
+
+    Its Kafka ``cluster.id`` is not the one the positions were written for: starting there would read
+    offsets that mean nothing, so the source fails instead. Names the cluster and both Kafka cluster ids.
+    """
+
+
+class ProducerFencedError(MultiClusterSourceError):
+    """Another job opened an exactly-once sink with the same ``transactional_id``.
+
+    This job's open transaction was aborted and it can commit nothing more: close it; the other job goes on.
+    """

@@ -114,6 +114,7 @@ class ClusterEnumerators:
             request_timeout_s=min(30.0, float(props.get("socket.timeout.ms", "60000")) / 1000.0),
             commit_properties=full,
             commit_wait_s=self._s.commit_wait_s,
+            identities=self._s.identities,
         )
 
     def start(

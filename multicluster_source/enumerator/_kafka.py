@@ -28,7 +28,7 @@ from multicluster_source.enumerator._offsets import (
     resolve_offsets,
 )
 from multicluster_source.enumerator._proxy import StoppableContextProxy
-from multicluster_source.exceptions import HandoverGapError
+from multicluster_source.exceptions import ClusterIdentityError, HandoverGapError
 from multicluster_source.framework._interfaces import Cancellable
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata
@@ -69,6 +69,9 @@ class ClusterEnumeratorConfig:
     admin client's."""
     commit_wait_s: float = 5.0
     """``checkpoint.commit.wait.ms``: a commit not answered within it marks the cluster as not answering."""
+    identities: Any = None
+    """A :class:`~._identity.ClusterIdentities` to tell the Kafka ``cluster.id`` (an exactly-once sink):
+    learned before the first discovery round makes splits; None: not asked."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class KafkaClusterEnumerator:
         self._snapshot = (self._topics, frozenset(self._known), frozenset(self._seen))
         self._closing = threading.Event()
         """Set by :meth:`close`: a discovery round on an I/O thread stops waiting, lets go of the client."""
+        self._identified = config.identities is None  # set on an I/O thread, once
 
     @property
     def cluster_id(self) -> str:
@@ -205,6 +209,14 @@ class KafkaClusterEnumerator:
         self, admin: Any, topics: frozenset[str], known: frozenset[tuple[str, int]], seen: frozenset[str]
     ) -> _Discovered:
         config = self.config
+        if not self._identified:  # before any split is made: a cluster id that moved fails the source
+            described = await_result(
+                admin.describe_cluster(request_timeout=config.request_timeout_s),
+                config.request_timeout_s + 5,
+                self._closing,
+            )
+            config.identities.learn(self.cluster_id, described.cluster_id, config.cluster.bootstrap_servers)
+            self._identified = True
         found, missing, leaders = describe_partitions(
             admin, topics, Counter(t for t, _p in known), config.request_timeout_s, self._closing
         )
@@ -253,7 +265,7 @@ class KafkaClusterEnumerator:
     ) -> None:
         cid = self.cluster_id
         chain = generation == self._generation
-        if isinstance(error, HandoverGapError):
+        if isinstance(error, (HandoverGapError, ClusterIdentityError)):
             _log.error("cluster=%s: %s", cid, error)
             self._context.fail(error)
             return

@@ -59,6 +59,9 @@ class EnumeratorSettings:
     """``replica.sync.wait.ms``: how long a translation may wait for MirrorMaker 2 to catch up."""
     replica_failover_unreachable_ms: int = -1
     """``replica.failover.unreachable.ms``: an origin unreachable this long fails over; -1 never."""
+    identities: Any = None
+    """A :class:`~._identity.ClusterIdentities` the per-cluster enumerators tell each cluster's Kafka
+    ``cluster.id`` (an exactly-once sink opened the source); None: not asked."""
     translator_factory: TranslatorFactory | None = None
     """Makes the translator of a ``replicaOf`` declaration; None: MirrorMaker 2's
     (:func:`multicluster_source.replicas._translate.make_translator`, imported when first needed)."""

@@ -48,6 +48,10 @@ __all__ = [
     "RESTARTS",
     "SPLITS",
     "STALLS",
+    "TRANSACTIONS",
+    "TXN_POSITIONS",
+    "TXN_RECORDS",
+    "TXN_SECONDS",
     "WATERMARK",
     "Labels",
     "MetricKey",
@@ -78,6 +82,10 @@ WATERMARK: Final = "multicluster_source_watermark_ms"
 PAUSED: Final = "multicluster_source_paused_splits"
 HANDOVERS: Final = "multicluster_source_handovers"
 HANDOVER_REPEATS: Final = "multicluster_source_handover_repeat_bound"
+TRANSACTIONS: Final = "multicluster_source_sink_transactions"
+TXN_SECONDS: Final = "multicluster_source_sink_commit_seconds"
+TXN_RECORDS: Final = "multicluster_source_sink_records"
+TXN_POSITIONS: Final = "multicluster_source_sink_positions"
 #: Gauges whose exported value is the sum of every source's own value.
 _SUMMED: Final = frozenset({SPLITS, ACTIVE, PAUSED, HANDOVER_REPEATS})
 #: Gauges with a sample per partition, kept in a :class:`PartitionGauges` instead of gauge children.
@@ -181,6 +189,26 @@ _SPECS: Final[dict[str, _Spec]] = {
             (),
             "At most how many records the replica handovers so far may deliver a second time (the sum of "
             "their bounds; a timestamp handover adds nothing: its bound is unknown).",
+        ),
+        _Spec(
+            TRANSACTIONS,
+            Counter,
+            ("outcome",),
+            "Transactions of an exactly-once sink, by outcome (committed, aborted).",
+        ),
+        _Spec(
+            TXN_SECONDS,
+            Counter,
+            (),
+            "Seconds spent committing the sink's transactions (positions written and commit_transaction); "
+            "divided by the committed transactions, the mean commit latency.",
+        ),
+        _Spec(TXN_RECORDS, Counter, (), "Records the job produced in the sink's committed transactions."),
+        _Spec(
+            TXN_POSITIONS,
+            Counter,
+            (),
+            "Positions (one per split that moved) written in the sink's committed transactions.",
         ),
     )
 }

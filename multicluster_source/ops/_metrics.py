@@ -35,6 +35,10 @@ from multicluster_source.ops._metric_families import (
     RESTARTS,
     SPLITS,
     STALLS,
+    TRANSACTIONS,
+    TXN_POSITIONS,
+    TXN_RECORDS,
+    TXN_SECONDS,
     WATERMARK,
     Labels,
     MetricKey,
@@ -186,6 +190,20 @@ class SourceMetrics:
     def stalled_partition(self, cluster: str) -> None:
         """Count one stalled partition of ``cluster`` (see :mod:`multicluster_source.reader._stalls`)."""
         self._inc(STALLS, (cluster,))
+
+    def transaction(self, outcome: str, seconds: float, records: int, positions: int) -> None:
+        """Count one transaction of an exactly-once sink (``committed`` or ``aborted``) and, for a committed
+        one, its commit time, records produced and positions written."""
+        self._inc(TRANSACTIONS, (outcome,))
+        if outcome != "committed":
+            return
+        with self._shared.lock:
+            if self._closed:
+                return
+            counters = self._shared.counters
+            counters[TXN_SECONDS].inc(seconds)
+            counters[TXN_RECORDS].inc(records)
+            counters[TXN_POSITIONS].inc(positions)
 
     def late_records(self, cluster: str, topic: str, n: int) -> None:
         """Count ``n`` late records of ``topic`` on ``cluster`` (event time at or below the watermark)."""

@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     # the public surface: __init__, source and builder, testing, hybrid; tools; spark (the Spark source)
     {"", "tools", "hybrid", "spark"},
     {"runtime"},
-    {"enumerator", "reader"},
+    {"enumerator", "reader", "sink"},  # sink: the exactly-once sink's producer and positions topic
     {"replicas"},  # position translation to replica clusters (MirrorMaker 2), used by the enumerator
     {"ops"},
     {"framework"},
@@ -37,9 +37,11 @@ LONGER: dict[str, tuple[int, str]] = {
         "lock and counters; split, they would read each other's privates",
     ),
     "runtime/pull/_stream.py": (
-        460,
-        "SourceStream is the pull API in one class; the functions at its end name what the asyncio stream and "
-        "the hybrid live stage drive of it, so that no other module reads its private fields",
+        580,
+        "SourceStream is the pull API in one class, with its exactly-once sink's commit points (they run "
+        "inside poll, iteration, checkpoint and close, on its private state); the functions at its end name "
+        "what the asyncio stream and the hybrid live stage drive of it, so that no other module reads its "
+        "private fields",
     ),
     "hybrid/_stream.py": (
         470,

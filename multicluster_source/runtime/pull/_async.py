@@ -41,6 +41,7 @@ from multicluster_source.runtime.pull._stream import (
     capture_checkpoint,
     checkpoint_busy,
     checkpoint_in_background,
+    commit_sink,
     handoff_of,
     next_ready,
 )
@@ -70,9 +71,16 @@ class AsyncSourceStream:
     ``poll`` cancelled while it waits loses no record. Use one stream from one event loop.
     """
 
-    def __init__(self, opener: Callable[[], SourceStream], checkpoint_interval: float | None = None) -> None:
+    def __init__(
+        self,
+        opener: Callable[[], SourceStream],
+        checkpoint_interval: float | None = None,
+        *,
+        sink: bool = False,
+    ) -> None:
         self._opener = opener
         self._interval = checkpoint_interval
+        self._sink = sink  # opened with an exactly-once sink: a periodic checkpoint commits its transaction
         self._stream: SourceStream | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -240,6 +248,22 @@ class AsyncSourceStream:
             self._status_task = loop.run_in_executor(None, stream.status)
         return dict(self._status)
 
+    async def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Any = None,
+    ) -> None:
+        """Produce a result into the exactly-once sink's open transaction (``open_async(sink=...)``); see
+        :meth:`SourceStream.produce`. Waits for a commit under way in the executor first."""
+        stream = self._opened()
+        capturing = self._capturing
+        if capturing is not None and not capturing.done():
+            await asyncio.wait({capturing})
+        stream.produce(topic, value, key, partition, headers)
+
     # ----------------------------------------------------------------------------------- checkpoints
 
     async def checkpoint(self) -> int:
@@ -269,7 +293,9 @@ class AsyncSourceStream:
             return
         stream = self._opened()
         due = time.monotonic() - self._last_checkpoint >= self._interval
-        if due and not checkpoint_busy(stream):
+        if due and self._sink:  # the transaction commits in the executor, before records are taken
+            await self._capture(lambda: commit_sink(stream))
+        elif due and not checkpoint_busy(stream):
             await self._capture(lambda: checkpoint_in_background(stream))
 
     async def _capture(self, capture: Callable[[], T]) -> T:

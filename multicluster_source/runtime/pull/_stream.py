@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,7 +18,7 @@ from multicluster_source.exceptions import (
     SourceFailedError,
     StreamClosedError,
 )
-from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._checkpoint import Checkpoint, CheckpointStore
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
@@ -30,6 +31,14 @@ from multicluster_source.runtime.core._enumeration import stop_enumeration, stop
 from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
 from multicluster_source.runtime.core._local import Coordinator, ReaderRunner
 from multicluster_source.runtime.eventtime._watermarks import stream_watermarks
+from multicluster_source.runtime.pull._sinking import (
+    close_sink,
+    enumerator_state,
+    rewound,
+    sink_restored,
+    sink_status,
+    stream_positions,
+)
 from multicluster_source.runtime.pull._status import (
     enumerator_status,
     fail_silent_readers,
@@ -38,6 +47,7 @@ from multicluster_source.runtime.pull._status import (
     stream_health,
     stream_status,
 )
+from multicluster_source.sink._transactions import TransactionAborted, TransactionalSink
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -67,6 +77,7 @@ class SourceStream:
         admin_address: str | None = None,
         admin_token: str | None = None,
         reader_racks: Mapping[int, str | None] | None = None,
+        sink: TransactionalSink | None = None,
     ) -> None:
         if admin_address is not None:
             check_admin_address(admin_address, admin_token)  # refuse before anything starts
@@ -97,18 +108,42 @@ class SourceStream:
             self._checkpoint_id = restored.checkpoint_id
             self.restored_from = str(restored.path)
             _log.info("source=%s: restoring from checkpoint %s", self._name, restored.path)
+        self._racks = dict(reader_racks or {})
+        self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
+        self._sink = sink
+        if sink is not None:  # the positions committed with the results win over the checkpoint's
+            restored = sink_restored(restored, sink)
+            sink.metrics = self._metrics
+        try:
+            self._topics.start()
+            self._start_runtime(restored)
+            if admin_address is not None:
+                self._admin = AdminServer(
+                    admin_address, {self._name: self}, token=admin_token, source_name=self._name
+                ).start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_runtime(self, restored: Checkpoint | None) -> None:
+        """Make and start what reads: tracker, hand-off, coordinator and enumerator, readers, checkpointer
+        (at open, and again when an exactly-once sink rewinds to its committed positions)."""
+        source = self._source
+        previous = getattr(self, "_handoff", None)
+        self._enumerator = None
         self._tracker = PositionTracker(restored.positions if restored else None)
         self._handoff = Handoff(source.options.reader_buffer_max_batches)
+        if previous is not None:  # what an asyncio stream set on the hand-off it was given
+            self._handoff.on_put, self._handoff.inline = previous.on_put, previous.inline
         make_records = RecordMaker(
             source.deserializer, source.options.deserialization_error_policy, self._metrics
         )
-        self._coordinator = Coordinator(self._name, parallelism, self._tracker, self._fail)
+        self._coordinator = Coordinator(self._name, self._parallelism, self._tracker, self._fail)
         self._watermarks = stream_watermarks(source, self._metrics, make_records, self._coordinator, restored)
         on_delivered = self._watermarks.delivered if self._watermarks.enabled else None
         gather = source.options.reader_batch_max_records  # poll: about one fetch batch a call
         self._delivery = Delivery(self._handoff, make_records, self._tracker, on_delivered, gather)
-        racks = dict(reader_racks or {})
-        self._coordinator.racks = racks
+        self._coordinator.racks = self._racks
         self._readers = [
             ReaderRunner(
                 i,
@@ -117,38 +152,37 @@ class SourceStream:
                 self._handoff,
                 self._fail,
                 on_reader_failed=self._reader_failed,
-                rack=racks.get(i),
+                rack=self._racks.get(i),
             )
-            for i in range(parallelism)
+            for i in range(self._parallelism)
         ]
-        self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
         self._coordinator.readers = self._readers
-        try:
-            self._topics.start()
-            self._coordinator.start()
-            self._enumerator = enumerator = self._coordinator.call_sync(
-                lambda: source.create_enumerator(
-                    self._coordinator,
-                    restored.enumerator if restored else None,
-                    restored.positions if restored else None,
-                    self._metrics,
-                    self._streams,
-                )
+        self._coordinator.start()
+        self._enumerator = enumerator = self._coordinator.call_sync(
+            lambda: source.create_enumerator(
+                self._coordinator,
+                restored.enumerator if restored else None,
+                restored.positions if restored else None,
+                self._metrics,
+                self._streams,
             )
-            self._coordinator.enumerator = enumerator
-            self._checkpointer = Checkpointer(self._name, self._coordinator, enumerator, self._tracker)
-            self._coordinator.call_sync(enumerator.start)
-            self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
-            on_topic_read = self._topics.record if self._topics.enabled else None
-            for runner in self._readers:
-                runner.start(source.create_reader(runner, self._metrics, on_topic_read))
-            if admin_address is not None:
-                self._admin = AdminServer(
-                    admin_address, {self._name: self}, token=admin_token, source_name=self._name
-                ).start()
-        except BaseException:
-            self.close()
-            raise
+        )
+        self._coordinator.enumerator = enumerator
+        self._checkpointer = Checkpointer(self._name, self._coordinator, enumerator, self._tracker)
+        self._coordinator.call_sync(enumerator.start)
+        self._coordinator.run_in_coordinator(self._watch_heartbeats, delay=1.0)
+        on_topic_read = self._topics.record if self._topics.enabled else None
+        for runner in self._readers:
+            runner.start(source.create_reader(runner, self._metrics, on_topic_read))
+
+    def _stop_runtime(self, metadata_service: Any = None) -> None:
+        """Stop the readers, finish the checkpoints taken, stop the enumerator (and ``metadata_service``)."""
+        handoff = getattr(self, "_handoff", None)
+        if handoff is not None:
+            handoff.closed.set()
+        stop_readers(getattr(self, "_readers", []), getattr(self, "_checkpointer", None))
+        coordinator = getattr(self, "_coordinator", None)
+        stop_enumeration(self._name, coordinator, getattr(self, "_enumerator", None), metadata_service)
 
     # ---------------------------------------------------------------------------------------- failures
 
@@ -225,7 +259,11 @@ class SourceStream:
         if self._closed:
             return False
         due = self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval
-        if due and not self._checkpointer.busy:  # the stream goes on while it is written and committed
+        if self._sink is not None:
+            self._sink.raise_if_fenced()
+            if due:
+                self._commit_sink()
+        elif due and not self._checkpointer.busy:  # the stream goes on while it is written and committed
             self._checkpointer.take_in_background(self._next_checkpoint_id(), self._write)
         return True
 
@@ -250,9 +288,9 @@ class SourceStream:
         return self._iterate()
 
     def _iterate(self) -> Iterator[SourceRecord]:
-        delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
         while self._before_poll(None):
-            records = self._taking(lambda: delivery.iterate(0.5, self._stop_waiting))
+            delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
+            records = self._taking(partial(delivery.iterate, 0.5, self._stop_waiting))
             if records is None:
                 self._raise_if_failed()
                 if self._closed or self.finished:
@@ -342,19 +380,23 @@ class SourceStream:
         properties), splits per reader, lag per partition, last reconciliation, metadata failures, topic
         tracking. ``enumerator`` holds the enumerator's own view."""
         state = "closed" if self._closed else "failed" if self._error is not None else None
-        return stream_status(
-            name=self._name,
-            state=state or ("finished" if self.finished else "running"),
-            health=self.health(),
-            parallelism=self._parallelism,
-            enumerator=self._enumerator_status() or {},
-            assignments=self.assignments(),
-            readers=self._readers,
-            streams=self._streams.last,
-            topics=self._topics,
-            registry=self._metrics.registry,
-            checkpoint={"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
-        ) | {"event_time": self._watermarks.status()}
+        return (
+            stream_status(
+                name=self._name,
+                state=state or ("finished" if self.finished else "running"),
+                health=self.health(),
+                parallelism=self._parallelism,
+                enumerator=self._enumerator_status() or {},
+                assignments=self.assignments(),
+                readers=self._readers,
+                streams=self._streams.last,
+                topics=self._topics,
+                registry=self._metrics.registry,
+                checkpoint={"last_id": self._checkpoint_id or None, "restored_from": self.restored_from},
+            )
+            | {"event_time": self._watermarks.status()}
+            | sink_status(self._sink)
+        )
 
     def secret_values(self) -> set[str]:
         """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin
@@ -367,9 +409,69 @@ class SourceStream:
         """Take a checkpoint covering every record already returned; returns its id once it is durable and
         committed to the clusters that answer (``checkpoint.commit.wait.ms`` at most): see concepts.md."""
         self._raise_if_failed()
+        if self._sink is not None:  # the results and positions commit first; then the checkpoint is taken
+            self._commit_sink(background=False)
         checkpoint_id = self._next_checkpoint_id()
         self._checkpointer.take(checkpoint_id, self._write).result()
         return checkpoint_id
+
+    # ---------------------------------------------------------------------------- exactly-once sink
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Any = None,
+    ) -> None:
+        """Produce a result to the exactly-once sink's cluster, inside the transaction that commits with the
+        positions of the records returned so far (``open(sink=...)``; else :class:`ConfigurationError`).
+        Raises :class:`ProducerFencedError` once another job opened the same ``transactional_id``."""
+        sink = self._sink
+        if sink is None:
+            raise ConfigurationError(f"source {self._name}: produce() needs a stream opened with sink=...")
+        self._raise_if_failed()
+        if self._closed:
+            raise StreamClosedError(f"source {self._name}: produce() on a closed stream")
+        try:
+            sink.produce(topic, value, key, partition, headers)
+        except MultiClusterSourceError as exc:
+            self._fail(exc)
+            raise
+
+    def _commit_sink(self, *, background: bool = True) -> None:
+        """Commit the sink's transaction with the positions of what was returned; then (``background``) a
+        checkpoint of ``checkpoint_dir`` and the source clusters' offsets. An aborted transaction rewinds."""
+        sink = self._sink
+        assert sink is not None
+        self._last_checkpoint = time.monotonic()
+        try:
+            committed = sink.commit(self._sink_positions(), self._kafka_cluster_id)
+        except TransactionAborted:
+            self._rewind()
+            return
+        except MultiClusterSourceError as exc:
+            self._fail(exc)
+            raise
+        if committed and background and not self._checkpointer.busy:
+            self._checkpointer.take_in_background(self._next_checkpoint_id(), self._write)
+
+    def _sink_positions(self) -> dict[str, int]:
+        self._taking(self._delivery.settle)  # what the iterator handed out so far
+        return stream_positions(self._coordinator, self._enumerator, self._tracker)
+
+    def _kafka_cluster_id(self, cluster_id: str) -> str | None:
+        identities = getattr(self._source, "identities", None)
+        return None if identities is None else identities.get(cluster_id)
+
+    def _rewind(self) -> None:
+        """Start reading again from the sink's committed positions: every reader, fetcher and batch of the
+        aborted transaction's time is dropped (on the caller's thread)."""
+        assert self._sink is not None
+        state = enumerator_state(self._coordinator, self._enumerator)
+        self._stop_runtime()
+        self._start_runtime(rewound(self._name, self._checkpoint_id, state, self._sink.committed))
 
     def _next_checkpoint_id(self) -> int:
         self._taking(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
@@ -387,13 +489,14 @@ class SourceStream:
         """
         if self._closed:
             return
+        if self._sink is not None:  # commit what was returned and produced; abort what cannot commit
+            started = self._error is None and getattr(self, "_enumerator", None) is not None
+            positions = self._sink_positions if started else None
+            close_sink(self._name, self._sink, positions, self._kafka_cluster_id)
         self._closed = True
         if self._admin is not None:
             self._admin.close()
-        self._handoff.closed.set()
-        stop_readers(getattr(self, "_readers", []), getattr(self, "_checkpointer", None))
-        enumerator = getattr(self, "_enumerator", None)
-        stop_enumeration(self._name, self._coordinator, enumerator, self._source.metadata_service)
+        self._stop_runtime(self._source.metadata_service)
         if forget_topics:
             self._topics.forget_on_close()
         self._topics.close()
@@ -407,6 +510,8 @@ class SourceStream:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if exc_type is not None and self._sink is not None:  # leaving by an exception: nothing commits
+            self._sink.abort()
         self.close()
 
 
@@ -434,6 +539,8 @@ def capture_checkpoint(stream: SourceStream) -> tuple[int, Future[Any]]:
     """Capture a checkpoint of what was returned so far (as ``SourceStream.checkpoint``, without waiting):
     its id, and the checkpoint thread's future of it. On the thread that takes from the stream."""
     stream._raise_if_failed()
+    if stream._sink is not None:  # the transaction commits first (as SourceStream.checkpoint)
+        stream._commit_sink(background=False)
     checkpoint_id = stream._next_checkpoint_id()
     return checkpoint_id, stream._checkpointer.take(checkpoint_id, stream._write)
 
@@ -442,6 +549,12 @@ def checkpoint_in_background(stream: SourceStream) -> None:
     """Capture a checkpoint; the checkpoint thread writes and commits it. Raises (once) what the last one
     taken this way raised."""
     stream._checkpointer.take_in_background(stream._next_checkpoint_id(), stream._write)
+
+
+def commit_sink(stream: SourceStream) -> None:
+    """Commit the exactly-once sink's transaction now (an asyncio stream's periodic commit)."""
+    stream._raise_if_failed()
+    stream._commit_sink()
 
 
 def next_ready(stream: SourceStream) -> SourceRecord | None:

@@ -33,6 +33,11 @@ CONTRACT = {
     # API.md section 9 (issue #22)
     "multicluster_source_handovers_total": ("counter", ("mode",)),
     "multicluster_source_handover_repeat_bound": ("gauge", ()),
+    # API.md section 11 (issue #34)
+    "multicluster_source_sink_transactions_total": ("counter", ("outcome",)),
+    "multicluster_source_sink_commit_seconds_total": ("counter", ()),
+    "multicluster_source_sink_records_total": ("counter", ()),
+    "multicluster_source_sink_positions_total": ("counter", ()),
 }
 
 
@@ -64,6 +69,7 @@ def exercise(m: SourceMetrics, cluster: str = "east", topic: str = "orders") -> 
     m.set_watermark(1_700_000_000_000)
     m.set_paused_splits(1)
     m.handover("conservative", 3)
+    m.transaction("committed", 0.01, 5, 2)
 
 
 def source_samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str]]]:

@@ -1,0 +1,15 @@
+"""Exactly once into a Kafka cluster: the job's results and the stream's positions in one transaction.
+
+- :mod:`._sink`: :class:`ExactlyOnceKafkaSink`, the sink as configured (a value).
+- :mod:`._positions`: the positions topic's records, making the topic, reading it back ``read_committed``.
+- :mod:`._transactions`: :class:`~._transactions.TransactionalSink`, one stream's transactional producer.
+
+See docs/guides/exactly-once.md; the stream side is :mod:`multicluster_source.runtime.pull._sinking`.
+"""
+
+from __future__ import annotations
+
+from multicluster_source.exceptions import ClusterIdentityError, ProducerFencedError
+from multicluster_source.sink._sink import ExactlyOnceKafkaSink
+
+__all__ = ["ClusterIdentityError", "ExactlyOnceKafkaSink", "ProducerFencedError"]
