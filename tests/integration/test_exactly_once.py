@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from harness.cluster import Cluster
+from harness.eos import read_output
 from harness.scenario import builder, cluster_md, stream
 from multicluster_source import (
     ConfigurationError,
@@ -29,38 +29,6 @@ from multicluster_source import (
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = pytest.mark.integration
-
-
-def read_output(cluster: Cluster, topic: str, *, committed: bool = True, idle_s: float = 3.0) -> list[bytes]:
-    """Every value of ``topic`` a ``read_committed`` (or ``read_uncommitted``) consumer sees, to its end."""
-    consumer = Consumer(
-        cluster.client_config(
-            **{
-                "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed" if committed else "read_uncommitted",
-                "enable.auto.commit": "false",
-                "enable.partition.eof": "true",
-            }
-        )
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        pending = set(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
-        out: list[bytes] = []
-        deadline = time.monotonic() + 60
-        quiet_until = time.monotonic() + idle_s
-        while (pending or time.monotonic() < quiet_until) and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=0.2):
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                    continue
-                out.append(msg.value())
-        assert not pending, f"{topic}: partitions {pending} not read to their end (a transaction left open?)"
-        return out
-    finally:
-        consumer.close()
 
 
 def results_of(values: Iterable[bytes]) -> Counter[str]:

@@ -1,0 +1,46 @@
+"""Checking the output of an exactly-once job as a user would: a ``read_committed`` consumer to the end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from harness.cluster import Cluster
+
+
+def read_output(cluster: Cluster, topic: str, *, committed: bool = True, idle_s: float = 3.0) -> list[bytes]:
+    """Every value of ``topic`` a ``read_committed`` (or ``read_uncommitted``) consumer sees, to its end."""
+    consumer = Consumer(
+        cluster.client_config(
+            **{
+                "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed" if committed else "read_uncommitted",
+                "enable.auto.commit": "false",
+                "enable.partition.eof": "true",
+            }
+        )
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        pending = set(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 60
+        quiet_until = time.monotonic() + idle_s
+        while (pending or time.monotonic() < quiet_until) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.2):
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    continue
+                out.append(msg.value())
+        assert not pending, f"{topic}: partitions {pending} not read to their end"
+        for p in meta.partitions:  # read_committed stops at the last stable offset: an open transaction
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            [at] = consumer.position([TopicPartition(topic, p)])
+            assert at.offset == high, f"{topic}[{p}]: a transaction is left open ({at.offset} < {high})"
+        return out
+    finally:
+        consumer.close()
