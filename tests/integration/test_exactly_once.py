@@ -16,16 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from harness.cluster import Cluster
 from harness.eos import read_output
 from harness.scenario import builder, cluster_md, stream
 from multicluster_source import (
+    ClusterMetadata,
     ConfigurationError,
     ExactlyOnceKafkaSink,
     FileMetadataService,
     ProducerFencedError,
 )
+from multicluster_source.exceptions import ClusterIdentityError
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = pytest.mark.integration
@@ -183,3 +186,147 @@ def test_poll_batches_commit_exactly_once(kafka_clusters: Any, tmp_path: Path) -
                     stream.produce(out, value=b"out:" + message.value())
                     n += 1
     assert results_of(read_output(central, out)) == expected(150)
+
+
+def pump(stream: Any, out: str, until: int, handled: int = 0, timeout: float = 90.0, **each: Any) -> int:
+    """Poll and produce ``out:<value>`` for each record until ``until`` records were handled in all."""
+    deadline = time.monotonic() + timeout
+    while handled < until and time.monotonic() < deadline:
+        for record in stream.poll(timeout=0.3, max_records=50):
+            stream.produce(out, value=b"out:" + record.value)
+            handled += 1
+            hook = each.get("hook")
+            if hook is not None:
+                hook(record)
+    return handled
+
+
+def test_an_aborted_transaction_rewinds_the_readers_and_repeats_nothing(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    """A result the sink cluster refuses (larger than its topic allows) makes the transaction abort: the
+    stream rewinds to the last committed positions, the records come again, and each result is written
+    once."""
+    east, west, central = kafka_clusters(3)
+    source, _ = two_cluster_source(east, west, tmp_path, 200, "eos-abort")
+    out = central.create_topic("eos-abort-out", partitions=1)
+    small = central.create_topic("eos-abort-small", partitions=1, config={"max.message.bytes": "1000"})
+    sink = make_sink(central, f"eos-abort-{uuid.uuid4().hex[:6]}")
+    poisoned: list[bytes] = []
+
+    with source.open(sink=sink, checkpoint_interval=0.2) as stream:
+
+        def poison(record: Any) -> None:
+            if not poisoned and record.value.endswith(b"-150"):
+                poisoned.append(record.value)  # once: the record comes again after the rewind
+                stream.produce(small, value=b"x" * 5000)
+
+        handled = pump(stream, out, 10_000, timeout=25, hook=poison)
+        status = stream.status()["sink"]
+    assert poisoned, "the poisoned record never came"
+    assert status["transactions"]["aborted"] >= 1
+    assert handled > 400  # what the aborted transaction held was handled again
+    assert results_of(read_output(central, out)) == expected(200)
+    assert read_output(central, small) == []
+
+
+def test_a_cluster_id_now_pointing_at_another_kafka_cluster_fails_the_source(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    """Cluster id ``a`` was east when the positions were committed; the metadata now gives ``a`` the servers
+    of west, which has a topic of the same name: reading west at east's offsets would be wrong, so the
+    source fails with ClusterIdentityError and commits nothing more."""
+    east, west, central = kafka_clusters(3)
+    te = east.create_topic("eos-identity", partitions=1)
+    east.produce(te, [f"e-{i}".encode() for i in range(20)])
+    west.admin().create_topics([NewTopic(te, num_partitions=1, replication_factor=1)])[te].result(30)
+    west.produce(te, [f"w-{i}".encode() for i in range(50)])
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", ClusterMetadata("a", east.bootstrap_servers, frozenset({te})))])
+    source = builder(FileMetadataService(path), stream_ids=["s"]).build()
+    out = central.create_topic("eos-identity-out", partitions=1)
+    sink = make_sink(central, f"eos-identity-{uuid.uuid4().hex[:6]}")
+    with source.open(sink=sink) as opened:
+        assert pump(opened, out, 20) == 20
+    write_metadata_file(path, [stream("s", ClusterMetadata("a", west.bootstrap_servers, frozenset({te})))])
+    with source.open(sink=sink) as opened, pytest.raises(ClusterIdentityError, match="another Kafka cluster"):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for record in opened.poll(timeout=0.5):
+                opened.produce(out, value=b"out:" + record.value)
+    assert len(read_output(central, out)) == 20
+
+
+@pytest.mark.parametrize("which", ["sink", "source"])
+def test_a_broker_restart_under_the_job_repeats_and_loses_nothing(
+    kafka_clusters: Any, fresh_cluster: Any, tmp_path: Path, which: str
+) -> None:
+    """The sink cluster's broker (or a source cluster's) is killed while the job produces and commits, and
+    started again: every result exactly once."""
+    east, central = kafka_clusters(3)[0], kafka_clusters(3)[2]
+    fresh = fresh_cluster(f"eos-{which}")
+    source_cluster, sink_cluster = (east, fresh) if which == "sink" else (fresh, central)
+    te = east.create_topic(f"eos-restart-{which}-e", partitions=2)
+    tf = source_cluster.create_topic(f"eos-restart-{which}-f", partitions=2) if which == "source" else None
+    east.produce(te, [f"e-{i}".encode() for i in range(300)])
+    clusters = [cluster_md(east, te)]
+    if tf is not None:
+        fresh.produce(tf, [f"w-{i}".encode() for i in range(300)])
+        clusters.append(ClusterMetadata("fresh", fresh.bootstrap_servers, frozenset({tf})))
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", *clusters)])
+    source = (
+        builder(FileMetadataService(path), stream_ids=["s"])
+        .set_properties({"socket.timeout.ms": "5000", "reconnect.backoff.max.ms": "1000"})
+        .build()
+    )
+    out = sink_cluster.create_topic(f"eos-restart-{which}-out", partitions=2)
+    sink = make_sink(sink_cluster, f"eos-restart-{which}-{uuid.uuid4().hex[:6]}")
+    total = 300 if tf is None else 600
+    with source.open(sink=sink, checkpoint_interval=0.2) as opened:
+        handled = 0
+        deadline = time.monotonic() + 30
+        while handled < total // 3 and time.monotonic() < deadline:
+            for record in opened.poll(timeout=0.3, max_records=10):
+                opened.produce(out, value=b"out:" + record.value)
+                handled += 1
+        fresh.stop_node(0, graceful=False)
+        time.sleep(3.0)
+        fresh.start_node(0)
+        pump(opened, out, 100_000, handled, timeout=25)
+        opened.checkpoint()
+    want = Counter([f"out:e-{i}" for i in range(300)] + ([f"out:w-{i}" for i in range(300)] if tf else []))
+    assert results_of(read_output(sink_cluster, out)) == want
+
+
+def test_metadata_changes_under_the_sink_repeat_and_lose_nothing(kafka_clusters: Any, tmp_path: Path) -> None:
+    """A cluster added, a topic removed and added back while the job produces: each result once, and the
+    re-added topic resumes where it was (its positions stayed in the positions topic)."""
+    east, west, central = kafka_clusters(3)
+    te = east.create_topic("eos-meta-e", partitions=2)
+    tw = west.create_topic("eos-meta-w", partitions=2)
+    east.produce(te, [f"e-{i}".encode() for i in range(200)])
+    west.produce(tw, [f"w-{i}".encode() for i in range(200)])
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", cluster_md(east, te))])
+    source = builder(FileMetadataService(path), stream_ids=["s"]).build()
+    out = central.create_topic("eos-meta-out", partitions=1)
+    sink = make_sink(central, f"eos-meta-{uuid.uuid4().hex[:6]}")
+    with source.open(sink=sink, checkpoint_interval=0.2) as opened:
+        handled = pump(opened, out, 200)
+        write_metadata_file(path, [stream("s", cluster_md(east, te), cluster_md(west, tw))])  # west added
+        handled = pump(opened, out, 300, handled)
+        write_metadata_file(path, [stream("s", cluster_md(east, te))])  # west's topic removed
+        east.produce(te, [f"e-{i}".encode() for i in range(200, 250)])
+        handled = pump(opened, out, 350, handled)
+        settle_until = time.monotonic() + 2
+        while time.monotonic() < settle_until:
+            for record in opened.poll(timeout=0.2):
+                opened.produce(out, value=b"out:" + record.value)
+                handled += 1
+    west.produce(tw, [f"w-{i}".encode() for i in range(200, 230)])
+    write_metadata_file(path, [stream("s", cluster_md(east, te), cluster_md(west, tw))])  # re-added
+    with source.open(sink=sink, checkpoint_interval=0.2) as opened:
+        pump(opened, out, 100_000, timeout=15)
+    want = Counter([f"out:e-{i}" for i in range(250)] + [f"out:w-{i}" for i in range(230)])
+    assert results_of(read_output(central, out)) == want
