@@ -31,11 +31,12 @@ def read_output(cluster: Cluster, topic: str, *, committed: bool = True, idle_s:
         quiet_until = time.monotonic() + idle_s
         while (pending or time.monotonic() < quiet_until) and time.monotonic() < deadline:
             for msg in consumer.consume(1000, timeout=0.2):
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
                     continue
-                out.append(msg.value())
+                out.append(msg.value() or b"")
         assert not pending, f"{topic}: partitions {pending} not read to their end"
         for p in meta.partitions:  # read_committed stops at the last stable offset: an open transaction
             _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)

@@ -112,7 +112,7 @@ def test_a_second_job_fences_the_first(kafka_clusters: Any, tmp_path: Path) -> N
     sink = make_sink(central, f"eos-fence-{uuid.uuid4().hex[:6]}")
     first = source.open(sink=sink, checkpoint_interval=None)
     try:
-        records = []
+        records: list[Any] = []
         while len(records) < 50:
             records += first.poll(timeout=0.5, max_records=50 - len(records))
         for record in records:

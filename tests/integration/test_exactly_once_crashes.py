@@ -63,7 +63,7 @@ def _run(mode: str, central: Cluster, txn: str, out: str, ckpt: Path, crash: str
         raise
     if proc.returncode not in (0, 9):
         raise AssertionError(f"job failed ({proc.returncode}): {err.decode()[-3000:]}")
-    return proc.returncode
+    return int(proc.returncode)
 
 
 def _expected() -> Counter[str]:

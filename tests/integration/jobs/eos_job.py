@@ -30,7 +30,6 @@ from multicluster_source import (
 )
 from multicluster_source.sink import _transactions
 
-
 _PACE_S = 0.1
 """Per poll of 50 records: the input takes a few seconds, so several transactions commit before the end."""
 
