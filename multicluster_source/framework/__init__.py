@@ -1,4 +1,9 @@
-"""The framework every role builds on: values, interfaces and state formats (implementation; nothing public).
+"""The framework every role builds on: values, interfaces and state formats.
+
+Public here (``__all__``): the checkpoint storage seam, :class:`CheckpointStorage` with
+:class:`DirectoryCheckpointStorage`, and :class:`ObjectStoreCheckpointStorage` over an :class:`ObjectStore`.
+The records, batches and ``WatermarkStrategy`` defined here are imported from :mod:`multicluster_source`;
+the rest is implementation.
 
 What lives here:
 
@@ -21,3 +26,14 @@ What lives here:
 
 May import: :mod:`multicluster_source.exceptions` and :mod:`multicluster_source.metadata` only.
 """
+
+from __future__ import annotations
+
+from multicluster_source.framework._storage import (
+    CheckpointStorage,
+    DirectoryCheckpointStorage,
+    ObjectStore,
+    ObjectStoreCheckpointStorage,
+)
+
+__all__ = ["CheckpointStorage", "DirectoryCheckpointStorage", "ObjectStore", "ObjectStoreCheckpointStorage"]

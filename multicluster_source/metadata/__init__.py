@@ -11,7 +11,7 @@ Property values may hold ``${env:NAME}`` and ``${file:/path}`` placeholders, res
 created (:func:`resolve_properties`); log properties only through :func:`redact_properties`.
 
 :mod:`.topic` holds the metadata kept in a compacted Kafka topic (:class:`KafkaTopicMetadataService`, its
-record format, reader and writer).
+record format, reader and writer :class:`KafkaTopicMetadataWriter`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ from multicluster_source.metadata._subscriber import (
 )
 from multicluster_source.metadata._validate import validate_streams
 from multicluster_source.metadata.topic._kafka_topic import KafkaTopicMetadataService
+from multicluster_source.metadata.topic._topic_writer import (
+    KafkaTopicMetadataWriter,
+    MetadataWriterFencedError,
+)
 
 __all__ = [
     "ClusterMetadata",
@@ -45,7 +49,9 @@ __all__ = [
     "KafkaStream",
     "KafkaStreamSubscriber",
     "KafkaTopicMetadataService",
+    "KafkaTopicMetadataWriter",
     "MetadataListener",
+    "MetadataWriterFencedError",
     "NotifyingMetadataService",
     "ReplicaOf",
     "StaticMetadataService",

@@ -1,4 +1,7 @@
-"""Operations: what an operator sees of a running source (implementation; nothing public here).
+"""Operations: what an operator sees of a running source.
+
+Public here (``__all__``): topic tracking's stores (:class:`TopicStatusStore`, :class:`LocalTopicStatusStore`,
+:class:`KafkaTopicStatusStore`) and :class:`TopicTrackingDisabledError`; the rest is implementation.
 
 What lives here:
 
@@ -16,3 +19,14 @@ What lives here:
 May import: :mod:`multicluster_source.framework`, :mod:`multicluster_source.metadata`,
 :mod:`multicluster_source.exceptions`.
 """
+
+from __future__ import annotations
+
+from multicluster_source.ops._topic_stores import (
+    KafkaTopicStatusStore,
+    LocalTopicStatusStore,
+    TopicStatusStore,
+)
+from multicluster_source.ops._tracking import TopicTrackingDisabledError
+
+__all__ = ["KafkaTopicStatusStore", "LocalTopicStatusStore", "TopicStatusStore", "TopicTrackingDisabledError"]

@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry
 from harness.cluster import Cluster
 from harness.runtimes import BackgroundRun, FileSink, positions, sink_rows, values
 from harness.scenario import builder, cluster_md, samples_with_label, stream, wait_for
-from multicluster_source import FileMetadataService, OffsetsInitializer, RunControl, SourceFailedError
+from multicluster_source import FileMetadataService, OffsetsInitializer, RunControl
+from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = [
