@@ -21,6 +21,8 @@ What lives here:
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
 - ``_watermarks``: ``WatermarkStrategy`` (event time and watermarks, set on the builder) and the event times
   of a batch per split (computed by fetchers, once per batch).
+- ``_gcpause``: Python's cyclic garbage collector held off while a client answer of many short-lived
+  objects is read.
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store); ``_dirlock``: the one-owner lock of a checkpoint directory.
 

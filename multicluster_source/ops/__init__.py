@@ -7,8 +7,9 @@ What lives here:
 
 - ``_metric_families`` and ``_metrics``: the Prometheus metrics of a source: the metric families (names,
   labels, help) shared by the sources on a registry, and what one source records and removes (a cluster's,
-  topic's or partition's label sets); ``_metrics_relay``: the reader metrics of push workers in other
-  processes or actors, recorded there and applied to the driver's.
+  topic's or partition's label sets); ``_partition_gauges``: the per-partition offset gauges, kept as plain
+  dicts and exported when the registry is read; ``_metrics_relay``: the reader metrics of push workers in
+  other processes or actors, recorded there and applied to the driver's.
 - ``_admin``, ``_admin_target`` and ``_status_page``: the admin HTTP server (``/health``, ``/status``,
   ``/metrics``, topic tracking endpoints; address and token checks), its source side (the ``AdminTarget``
   protocol; lag rows and the streams subscribed last, for status answers) and the HTML status page.

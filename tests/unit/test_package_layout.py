@@ -201,6 +201,16 @@ def test_every_subpackage_says_what_lives_there_and_what_it_may_import():
             assert "May import" in doc, init
 
 
+@pytest.mark.parametrize(
+    "init", sorted(PACKAGE.rglob("__init__.py")), ids=lambda p: str(p.parent.relative_to(PACKAGE.parent))
+)
+def test_every_package_docstring_names_its_private_modules(init):
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    modules = sorted(p.stem for p in init.parent.glob("_*.py") if p.stem not in {"__init__", "__main__"})
+    unnamed = [m for m in modules if f"``{m}``" not in doc]
+    assert not unnamed, f"{init.relative_to(PACKAGE.parent)}: the docstring does not name {unnamed}"
+
+
 # Reads of another object's private names (``x._name`` on anything but self/cls, of a name the reading module
 # does not define) are named here, per module, with the count allowed and the reason; every other module has
 # none. librdkafka's local error codes (``KafkaError._PARTITION_EOF``, ...) are public names that start with
