@@ -9,10 +9,11 @@ exception), :mod:`multicluster_source.replicas` (what a replica handover decided
 :mod:`multicluster_source.testing` and :mod:`multicluster_source.spark`. See docs/getting-started.md to begin.
 
 Modules here: ``_source`` (:class:`MultiClusterKafkaSource`, a thin factory with ``open``, ``open_async`` and
-``run``, and :class:`MultiClusterKafkaSourceBuilder`) and ``_builder`` (the builder's setters and checks, the
-one place options are validated); the public modules :mod:`.exceptions` and :mod:`.testing`. The roles live in
-the subpackages ``metadata``, ``enumerator``, ``reader``, ``runtime``, ``framework``, ``ops``, ``replicas``,
-``hybrid``, ``spark`` and ``tools``.
+``run``, and :class:`MultiClusterKafkaSourceBuilder`), ``_builder`` (the builder's setters and checks, the one
+place options are validated) and ``_clock`` (the one clock of the periodic work, below every layer); the
+public modules :mod:`.exceptions` and :mod:`.testing`. The roles live in the subpackages ``metadata``,
+``enumerator``, ``reader``, ``runtime``, ``framework``, ``ops``, ``replicas``, ``hybrid``, ``spark`` and
+``tools``.
 
 The names that left this surface in 0.4.0 still import from here, with a :class:`DeprecationWarning` that
 names their home (``_MOVED``).

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from multicluster_source._clock import clock
 from multicluster_source.exceptions import (
     ConfigurationError,
     DeserializationError,
@@ -86,7 +86,8 @@ class SourceStream:
         self._error_lock = threading.Lock()
         self._closed = False
         self._checkpoint_id = 0
-        self._last_checkpoint = time.monotonic()
+        self._clock = clock()  # the checkpoint interval's
+        self._last_checkpoint = self._clock.monotonic()
         self.restored_from: str | None = None
         self._metrics = SourceMetrics(registry, self._name)
         self._admin: AdminServer | None = None
@@ -224,7 +225,7 @@ class SourceStream:
             raise StreamClosedError(f"source {self._name}: {what} on a closed stream")
         if self._closed:
             return False
-        due = self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval
+        due = self._interval is not None and self._clock.monotonic() - self._last_checkpoint >= self._interval
         if due and not self._checkpointer.busy:  # the stream goes on while it is written and committed
             self._checkpointer.take_in_background(self._next_checkpoint_id(), self._write)
         return True
@@ -374,7 +375,7 @@ class SourceStream:
     def _next_checkpoint_id(self) -> int:
         self._taking(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
         self._checkpoint_id += 1
-        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint = self._clock.monotonic()
         return self._checkpoint_id
 
     # ------------------------------------------------------------------------------------------- closing
