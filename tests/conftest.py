@@ -3,16 +3,25 @@
 ``MCS_TEST_BROKERS`` picks the brokers: ``kafka`` (default: Apache Kafka fetched from Maven Central),
 ``tansu``, or ``external`` (``MCS_TEST_BOOTSTRAP=id=host:port,host:port;id2=host:port``). Clusters start on
 first use and are shared by the session; tests isolate themselves with unique topic and group names.
+
+``runtime`` parametrises a push-API test over ``run()``'s runtimes (threads, processes, Ray); Ray runs as a
+local two-node cluster (``ray_nodes``: two raylets on this machine labelled ``zone=a`` and ``zone=b``), and
+its tests are skipped, with the reason, when Ray is not installed (``pip install '.[ray]'``).
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from harness import Cluster, ClusterPool, ClusterUnavailable
+from harness.runtimes import Runtime, ray_placement
 
 if TYPE_CHECKING:
     from harness.mm2 import MM2Pair
@@ -113,6 +122,45 @@ def mm2_dr_pair(cluster_pool: ClusterPool) -> Iterator[MM2Pair]:
     """Like ``mm2_pair`` with ``offset-syncs.topic.location=target`` (the syncs on west: what a
     disaster-recovery set-up needs); its own clusters, so a test may kill east's broker."""
     yield from _mm2_pair(cluster_pool, "target")
+
+
+@pytest.fixture(scope="session")
+def ray_nodes() -> Iterator[dict[str, str]]:
+    """A local Ray cluster of two nodes (zone a and zone b); zone -> node id."""
+    try:
+        ray: Any = importlib.import_module("ray")
+        RayCluster = importlib.import_module("ray.cluster_utils").Cluster
+    except ImportError as exc:
+        pytest.skip(f"Ray is not installed (pip install 'multicluster-kafka-source[ray]'): {exc}")
+    cluster = RayCluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "labels": {"zone": "a"}, "include_dashboard": False},
+    )
+    try:
+        cluster.add_node(num_cpus=2, labels={"zone": "b"})
+        root = Path(__file__).resolve().parents[1]
+        pythonpath = os.pathsep.join([str(root / "tests"), str(root)])
+        ray.init(
+            address=cluster.address,
+            runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+        cluster.wait_for_nodes()
+        nodes = {n["Labels"]["zone"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        yield nodes
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(params=["threads", "processes", "ray"])
+def runtime(request: pytest.FixtureRequest) -> Runtime:
+    """Each of ``run()``'s runtimes in turn (Ray: reader i on node a or b, its rack the node's zone)."""
+    if request.param != "ray":
+        return Runtime(request.param)
+    nodes = request.getfixturevalue("ray_nodes")
+    return Runtime("ray", {"rack_label": "zone", "actor_options": ray_placement(nodes)}, nodes)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,4 +1,9 @@
-"""The framework every role builds on: values, interfaces and state formats (implementation; nothing public).
+"""The framework every role builds on: values, interfaces and state formats.
+
+Public here (``__all__``): the checkpoint storage seam, :class:`CheckpointStorage` with
+:class:`DirectoryCheckpointStorage`, and :class:`ObjectStoreCheckpointStorage` over an :class:`ObjectStore`.
+The records, batches and ``WatermarkStrategy`` defined here are imported from :mod:`multicluster_source`;
+the rest is implementation.
 
 What lives here:
 
@@ -16,8 +21,21 @@ What lives here:
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
 - ``_watermarks``: ``WatermarkStrategy`` (event time and watermarks, set on the builder) and the event times
   of a batch per split (computed by fetchers, once per batch).
+- ``_gcpause``: Python's cyclic garbage collector held off while a client answer of many short-lived
+  objects is read.
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store); ``_dirlock``: the one-owner lock of a checkpoint directory.
 
 May import: :mod:`multicluster_source.exceptions` and :mod:`multicluster_source.metadata` only.
 """
+
+from __future__ import annotations
+
+from multicluster_source.framework._storage import (
+    CheckpointStorage,
+    DirectoryCheckpointStorage,
+    ObjectStore,
+    ObjectStoreCheckpointStorage,
+)
+
+__all__ = ["CheckpointStorage", "DirectoryCheckpointStorage", "ObjectStore", "ObjectStoreCheckpointStorage"]

@@ -10,8 +10,16 @@ A cluster may declare that its topics copy another cluster's (:class:`ReplicaOf`
 Property values may hold ``${env:NAME}`` and ``${file:/path}`` placeholders, resolved only when a client is
 created (:func:`resolve_properties`); log properties only through :func:`redact_properties`.
 
+The modules: ``_model`` (the value types and the service protocol), ``_static``, ``_file`` and
+``_configmap`` (the services; ``_watch`` is their change watcher for files and ConfigMap volumes),
+``_subscriber`` (the subscribers), ``_parser`` (the file format, read and written; ``_compose`` turns text
+into a YAML node tree, YAML or JSON by content, syntax errors with their line), ``_validate`` (the metadata
+and name rules), ``_replica`` and ``_replica_parse`` (the ``replicaOf`` declaration and its text),
+``_placeholders`` (placeholders resolved and redacted) and ``_connection`` (how every client the source
+creates connects, and how its librdkafka log lines reach Python logging).
+
 :mod:`.topic` holds the metadata kept in a compacted Kafka topic (:class:`KafkaTopicMetadataService`, its
-record format, reader and writer).
+record format, reader and writer :class:`KafkaTopicMetadataWriter`).
 """
 
 from __future__ import annotations
@@ -36,6 +44,10 @@ from multicluster_source.metadata._subscriber import (
 )
 from multicluster_source.metadata._validate import validate_streams
 from multicluster_source.metadata.topic._kafka_topic import KafkaTopicMetadataService
+from multicluster_source.metadata.topic._topic_writer import (
+    KafkaTopicMetadataWriter,
+    MetadataWriterFencedError,
+)
 
 __all__ = [
     "ClusterMetadata",
@@ -45,7 +57,9 @@ __all__ = [
     "KafkaStream",
     "KafkaStreamSubscriber",
     "KafkaTopicMetadataService",
+    "KafkaTopicMetadataWriter",
     "MetadataListener",
+    "MetadataWriterFencedError",
     "NotifyingMetadataService",
     "ReplicaOf",
     "StaticMetadataService",

@@ -43,6 +43,8 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from multicluster_source._clock import clock
+
 __all__ = ["DirectoryWatcher"]
 
 _log = logging.getLogger("multicluster_source.metadata")
@@ -122,6 +124,8 @@ class DirectoryWatcher:
         self._use_events = use_events
         self.name = name
         self._cond = threading.Condition()
+        self._clock = clock()  # the polls' and the debounce's (a manual clock's advance wakes the loop)
+        self._clock.on_advance(self._wake)
         self._stopped = False
         self._due: float | None = None
         self._first_event: float | None = None
@@ -171,7 +175,7 @@ class DirectoryWatcher:
         """Ask for a check (called from the observer on relevant events): ``settle`` seconds from now when
         the event completes a change (``final``), else ``debounce`` seconds from now; never later than
         ``max_delay`` after the first event of a burst."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         with self._cond:
             if self._first_event is None:
                 self._first_event = now
@@ -184,6 +188,10 @@ class DirectoryWatcher:
         return self._check()
 
     # ------------------------------------------------------------------------------------------ internals
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def _safe_fingerprint(self) -> object:
         try:
@@ -205,12 +213,12 @@ class DirectoryWatcher:
         return True
 
     def _run(self) -> None:
-        next_poll = time.monotonic() + self._poll_interval
+        next_poll = self._clock.monotonic() + self._poll_interval
         while True:
             polled = False
             with self._cond:
                 while not self._stopped:
-                    now = time.monotonic()
+                    now = self._clock.monotonic()
                     if self._due is not None and now >= self._due:
                         break
                     if now >= next_poll:
@@ -226,7 +234,7 @@ class DirectoryWatcher:
                 self._refresh_observer()
             self._check()
             if polled:
-                next_poll = time.monotonic() + self._poll_interval
+                next_poll = self._clock.monotonic() + self._poll_interval
 
     def _directory_ino(self) -> int | None:
         try:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from multicluster_source._clock import clock
 from multicluster_source.framework._clientconf import cluster_client_config
 from multicluster_source.framework._events import (
     GetMetadataUpdateEvent,
@@ -91,6 +91,7 @@ class MultiClusterReader:
         self._idle_check = 0.0  # monotonic time of the next look for fetchers without splits
         self._stats: dict[str, FetchBrokerStats] = {}
         self._held: SplitsPausedEvent | None = None  # watermark alignment: splits to pause, limit
+        self._clock = clock()  # the idle window's
 
     @property
     def index(self) -> int:
@@ -195,7 +196,7 @@ class MultiClusterReader:
         """Keep one connected, idle consumer per cluster this reader does not read yet and stands by for, or
         may read soon: a cluster new in the metadata, for up to ``_AHEAD_S`` until its splits come."""
         metadata = self._metadata or {}
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self._ahead = {
             cid: until
             for cid, until in self._ahead.items()
@@ -240,7 +241,7 @@ class MultiClusterReader:
         new = dict(event.clusters)
         old = self._metadata or {}
         self._metadata = new
-        until = time.monotonic() + _AHEAD_S
+        until = self._clock.monotonic() + _AHEAD_S
         for cid in sorted(set(new) - set(old) - set(self._fetchers)):
             self._ahead[cid] = until
         for cid in sorted(set(self._warm)):
@@ -288,7 +289,7 @@ class MultiClusterReader:
                 break
         if finished:
             self._ctx.send_event_to_enumerator(SplitsFinishedEvent(frozenset(finished)))
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._ahead and min(self._ahead.values()) <= now:
             self._sync_warm()  # a client opened ahead of splits that did not come is closed
         if now >= self._idle_check:

@@ -1,8 +1,8 @@
 """Exactly once into a Kafka cluster: the job's results and the stream's positions in one transaction.
 
-- :mod:`._sink`: :class:`ExactlyOnceKafkaSink`, the sink as configured (a value).
-- :mod:`._positions`: the positions topic's records, making the topic, reading it back ``read_committed``.
-- :mod:`._transactions`: :class:`~._transactions.TransactionalSink`, one stream's transactional producer.
+- ``_sink``: :class:`ExactlyOnceKafkaSink`, the sink as configured (a value).
+- ``_positions``: the positions topic's records, making the topic, reading it back ``read_committed``.
+- ``_transactions``: :class:`~._transactions.TransactionalSink`, one stream's transactional producer.
 
 See docs/guides/exactly-once.md; the stream side is :mod:`multicluster_source.runtime.pull._sinking`.
 """

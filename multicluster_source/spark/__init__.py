@@ -5,10 +5,11 @@ streams of a metadata file with Spark's Kafka source's option names and columns 
 follows changes to the file in the running query. Needs ``pyspark>=4.2`` (the Python Data Source API with
 admission control and ``Trigger.AvailableNow``).
 
-What lives here: ``_options`` (the options), ``_offsets`` (the offset JSON, admission control),
-``_driver`` (metadata, discovery and offsets on Spark's driver), ``_read`` (one split's range read into
-Arrow batches on an executor), ``_source`` (the ``DataSource`` and its stream reader). pyspark is imported
-only in this package, and only by :func:`register` (importing :mod:`multicluster_source` never imports it).
+What lives here: ``_options`` (the options), ``_offsets`` (the offset JSON, admission control), ``_driver``
+(metadata, discovery and offsets on Spark's driver), ``_read`` (one split's range read into Arrow batches on
+an executor), ``_source`` (the ``DataSource`` and its stream reader), ``_commits`` (committed micro-batches'
+offsets committed to each cluster under a group id, for lag monitoring). pyspark is imported only in this
+package, and only by :func:`register` (importing :mod:`multicluster_source` never imports it).
 
 May import: every layer below the public surface (``enumerator``, ``framework``, ``metadata``, ``ops``,
 ``exceptions``); nothing imports this package.

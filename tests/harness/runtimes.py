@@ -1,5 +1,6 @@
 """Helpers for the push-API runtime tests: a handler that records what it handled in files (so that worker
-processes and Ray actors can report to the test), and a run in a background thread.
+processes and Ray actors can report to the test), a run in a background thread, and the runtimes a test is
+parametrised over (the ``runtime`` fixture of ``tests/conftest.py``: threads, processes, Ray).
 
 The sink is importable as ``harness.runtimes`` in worker processes (``spawn`` passes ``sys.path`` on) and in
 Ray workers (the tests set ``PYTHONPATH`` in the Ray ``runtime_env``).
@@ -7,14 +8,41 @@ Ray workers (the tests set ``PYTHONPATH`` in the Ray ``runtime_env``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from multicluster_source import SourceRecord
+
+
+@dataclass
+class Runtime:
+    """A ``runtime=`` of ``run()`` with the options a test passes along with it."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    nodes: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def ray_placement(nodes: dict[str, str]) -> Any:
+    """``actor_options`` putting reader i on node a or b alternately (``nodes``: zone -> node id)."""
+    strategies = importlib.import_module("ray.util.scheduling_strategies")
+
+    order = [nodes["a"], nodes["b"]]
+
+    def options(index: int) -> dict[str, Any]:
+        strategy = strategies.NodeAffinitySchedulingStrategy(order[index % 2], soft=False)
+        return {"num_cpus": 0.5, "scheduling_strategy": strategy}
+
+    return options
 
 
 class FileSink:

@@ -35,7 +35,6 @@ from harness.runtimes import FileSink, positions, sink_rows
 from harness.scenario import wait_for
 from multicluster_source import (
     ClusterMetadata,
-    HandoverGapError,
     HybridSource,
     KafkaArchiveSource,
     KafkaStream,
@@ -44,6 +43,7 @@ from multicluster_source import (
     SourceRecord,
     StaticMetadataService,
 )
+from multicluster_source.exceptions import HandoverGapError
 from multicluster_source.hybrid._periodic import stage_busy
 from multicluster_source.hybrid._state import HybridStateStore
 from multicluster_source.testing import InMemoryArchiveStage

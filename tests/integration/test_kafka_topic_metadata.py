@@ -20,8 +20,8 @@ from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[a
 from harness.cluster import Cluster, unique_name
 from harness.processes import free_port
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream, wait_for
-from multicluster_source import KafkaStream, MetadataError, NotifyingMetadataService
-from multicluster_source.metadata import KafkaTopicMetadataService
+from multicluster_source import KafkaStream, MetadataError
+from multicluster_source.metadata import KafkaTopicMetadataService, NotifyingMetadataService
 from multicluster_source.metadata.topic._topic_client import MetadataTopicMissingError
 from multicluster_source.metadata.topic._topic_records import (
     ClusterDefinition,

@@ -474,7 +474,7 @@ def test_fetcher_reset_past_a_bounded_split_finishes_it() -> None:
 
 
 def test_fetcher_reset_policy_error_fails_the_source() -> None:
-    from multicluster_source import OffsetOutOfRangeError
+    from multicluster_source.exceptions import OffsetOutOfRangeError
     from multicluster_source.framework._split import KafkaPartitionSplit
 
     consumer = _FakeConsumer(watermarks=(40, 60))

@@ -1,32 +1,25 @@
-"""The push API on every runtime: one behavioural suite, parametrised over threads, processes and Ray.
-
-Ray runs as a local two-node cluster (``ray.cluster_utils.Cluster``: two raylets on this machine, labelled
-``zone=a`` and ``zone=b``); its tests are skipped, with the reason, when Ray is not installed
-(``pip install '.[ray]'``).
+"""The push API on every runtime: one behavioural suite, parametrised over threads, processes and Ray (the
+``runtime`` fixture of ``tests/conftest.py``; Ray as a local two-node cluster, skipped without Ray).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import logging
 import multiprocessing
 import os
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from harness.cluster import Cluster
-from harness.runtimes import BackgroundRun, FileSink, positions, sink_rows, values
+from harness.runtimes import BackgroundRun, FileSink, Runtime, positions, sink_rows, values
 from harness.scenario import builder, cluster_md, samples_with_label, stream, wait_for
-from multicluster_source import FileMetadataService, OffsetsInitializer, RunControl, SourceFailedError
+from multicluster_source import FileMetadataService, OffsetsInitializer, RunControl
+from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = [
@@ -35,68 +28,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),
 ]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Runtime:
-    name: str
-    options: dict[str, Any] = field(default_factory=dict)
-    nodes: dict[str, str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@pytest.fixture(scope="session")
-def ray_nodes() -> Iterator[dict[str, str]]:
-    """A local Ray cluster of two nodes (zone a and zone b); zone -> node id."""
-    try:
-        ray: Any = importlib.import_module("ray")
-        RayCluster = importlib.import_module("ray.cluster_utils").Cluster
-    except ImportError as exc:
-        pytest.skip(f"Ray is not installed (pip install 'multicluster-kafka-source[ray]'): {exc}")
-    cluster = RayCluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "labels": {"zone": "a"}, "include_dashboard": False},
-    )
-    try:
-        cluster.add_node(num_cpus=2, labels={"zone": "b"})
-        pythonpath = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
-        ray.init(
-            address=cluster.address,
-            runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
-        cluster.wait_for_nodes()
-        nodes = {n["Labels"]["zone"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        yield nodes
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
-def _ray_placement(nodes: dict[str, str]) -> Any:
-    strategies = importlib.import_module("ray.util.scheduling_strategies")
-
-    order = [nodes["a"], nodes["b"]]
-
-    def options(index: int) -> dict[str, Any]:
-        strategy = strategies.NodeAffinitySchedulingStrategy(order[index % 2], soft=False)
-        return {"num_cpus": 0.5, "scheduling_strategy": strategy}
-
-    return options
-
-
-@pytest.fixture(params=["threads", "processes", "ray"])
-def runtime(request: pytest.FixtureRequest) -> Runtime:
-    if request.param != "ray":
-        return Runtime(request.param)
-    nodes = request.getfixturevalue("ray_nodes")
-    # Reader i on node a or b alternately; each reader's rack is its node's "zone" label.
-    return Runtime("ray", {"rack_label": "zone", "actor_options": _ray_placement(nodes)}, nodes)
 
 
 def _two_topics(east: Cluster, west: Cluster, n: int, prefix: str = "rt") -> tuple[str, str]:

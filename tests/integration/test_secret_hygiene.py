@@ -35,15 +35,15 @@ from harness.secured import SecuredKafkaCluster
 from multicluster_source import (
     CheckpointError,
     ClusterMetadata,
-    DirectoryCheckpointStorage,
     KafkaTopicMetadataService,
-    KafkaTopicMetadataWriter,
     MetadataError,
     MultiClusterKafkaSource,
     StaticMetadataService,
 )
+from multicluster_source.framework import DirectoryCheckpointStorage
 from multicluster_source.framework._clientconf import merge_stream_clusters
 from multicluster_source.framework._events import MetadataUpdateEvent
+from multicluster_source.metadata import KafkaTopicMetadataWriter
 from multicluster_source.runtime.core._factory import reader_only_source
 from multicluster_source.runtime.core._messages import EventToReader
 

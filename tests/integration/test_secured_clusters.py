@@ -18,12 +18,8 @@ from harness.cluster import Cluster, unique_name
 from harness.scenario import builder, cluster_md, drain, stream, values, wait_for
 from harness.secured import SecuredKafkaCluster
 from harness.tls import TestCA
-from multicluster_source import (
-    ClusterMetadata,
-    FileMetadataService,
-    KafkaTopicMetadataService,
-    KafkaTopicMetadataWriter,
-)
+from multicluster_source import ClusterMetadata, FileMetadataService, KafkaTopicMetadataService
+from multicluster_source.metadata import KafkaTopicMetadataWriter
 from multicluster_source.testing import write_metadata_file
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from multicluster_source._clock import clock
 from multicluster_source.framework._events import MetadataUpdateEvent, SourceEvent
 from multicluster_source.framework._interfaces import (
     InlineStep,
@@ -34,6 +35,10 @@ from multicluster_source.runtime.eventtime._watermarks import WatermarkTracker
 
 T = TypeVar("T")
 _log = logging.getLogger("multicluster_source.runtime")
+
+
+def _wake() -> None:
+    """A mailbox item that only makes the coordinator look at its timers again."""
 
 
 class _Handle:
@@ -67,6 +72,8 @@ class Coordinator(PositionFencing):
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix=f"mcs-io-{source_name}")
         self._thread = threading.Thread(target=self._run, name=f"mcs-coordinator-{source_name}", daemon=True)
         self._stopped = threading.Event()
+        self._clock = clock()  # the timers' (a manual clock's advance wakes the loop to look at them)
+        self._clock.on_advance(lambda: self._mailbox.put(_wake))
         self.readers: list[ReaderRunner] = []
         self.enumerator: SplitEnumerator | None = None
         self.racks: dict[int, str | None] = {}
@@ -83,14 +90,14 @@ class Coordinator(PositionFencing):
         while not self._stopped.is_set():
             timeout = 0.5
             if self._timers:
-                timeout = max(0.0, min(timeout, self._timers[0][0] - time.monotonic()))
+                timeout = max(0.0, min(timeout, self._timers[0][0] - self._clock.monotonic()))
             try:
                 item = self._mailbox.get(timeout=timeout)
             except queue.Empty:
                 item = None
             if item is not None:
                 self._execute(item)
-            now = time.monotonic()
+            now = self._clock.monotonic()
             while self._timers and self._timers[0][0] <= now and not self._stopped.is_set():
                 _due, _seq, handle, fn = heapq.heappop(self._timers)
                 if not handle.cancelled:
@@ -152,7 +159,7 @@ class Coordinator(PositionFencing):
         if delay <= 0:
             self._mailbox.put(lambda: None if handle.cancelled else fn())
         else:
-            due = time.monotonic() + delay
+            due = self._clock.monotonic() + delay
 
             def add_timer() -> None:
                 heapq.heappush(self._timers, (due, next(self._seq), handle, fn))
@@ -264,7 +271,8 @@ class ReaderRunner:
         self._rack = rack
         self._on_reader_failed = on_reader_failed
         self.failed: BaseException | None = None
-        self.last_beat = time.monotonic()
+        self._clock = clock()
+        self.last_beat = self._clock.monotonic()
         self._kill = threading.Event()
         self._coordinator = coordinator
         self._handoff = handoff
@@ -287,6 +295,10 @@ class ReaderRunner:
         """This reader's rack."""
         return self._rack
 
+    def silent_s(self) -> float:
+        """Seconds since the reader's thread last looped (its heartbeat)."""
+        return self._clock.monotonic() - self.last_beat
+
     @property
     def alive(self) -> bool:
         """Whether the reader's thread runs and the reader has not failed."""
@@ -307,7 +319,7 @@ class ReaderRunner:
         try:
             reader.start()
             while not self._stopping.is_set():
-                self.last_beat = time.monotonic()
+                self.last_beat = self._clock.monotonic()
                 if self._kill.is_set():
                     raise RuntimeError(f"reader {self._index} was killed (kill_reader)")
                 try:

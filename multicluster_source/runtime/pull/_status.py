@@ -6,7 +6,6 @@ asked for on the coordinator thread by the stream before it calls in here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -61,10 +60,9 @@ def enumerator_status(coordinator: Any, enumerator: Any, timeout: float = 5.0) -
 
 def fail_silent_readers(readers: Sequence[ReaderRunner], heartbeat_s: float) -> None:
     """Fail every running reader whose thread has not looped for ``heartbeat_s`` (coordinator thread)."""
-    now = time.monotonic()
     for runner in readers:
         if runner.failed is None and runner.reader is not None and not runner.finished.is_set():
-            silent = now - runner.last_beat
+            silent = runner.silent_s()
             if silent > heartbeat_s:
                 runner.reader_failed(TimeoutError(f"no heartbeat for {silent:.1f} s"))
 

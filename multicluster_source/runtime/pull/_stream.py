@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from multicluster_source._clock import clock
 from multicluster_source.exceptions import (
     ConfigurationError,
     DeserializationError,
@@ -97,7 +97,8 @@ class SourceStream:
         self._error_lock = threading.Lock()
         self._closed = False
         self._checkpoint_id = 0
-        self._last_checkpoint = time.monotonic()
+        self._clock = clock()  # the checkpoint interval's
+        self._last_checkpoint = self._clock.monotonic()
         self.restored_from: str | None = None
         self._metrics = SourceMetrics(registry, self._name)
         self._admin: AdminServer | None = None
@@ -258,7 +259,7 @@ class SourceStream:
             raise StreamClosedError(f"source {self._name}: {what} on a closed stream")
         if self._closed:
             return False
-        due = self._interval is not None and time.monotonic() - self._last_checkpoint >= self._interval
+        due = self._interval is not None and self._clock.monotonic() - self._last_checkpoint >= self._interval
         if self._sink is not None:
             self._sink.raise_if_fenced()
             if due:
@@ -445,7 +446,7 @@ class SourceStream:
         checkpoint of ``checkpoint_dir`` and the source clusters' offsets. An aborted transaction rewinds."""
         sink = self._sink
         assert sink is not None
-        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint = self._clock.monotonic()
         try:
             committed = sink.commit(self._sink_positions(), self._kafka_cluster_id)
         except TransactionAborted:
@@ -476,7 +477,7 @@ class SourceStream:
     def _next_checkpoint_id(self) -> int:
         self._taking(self._delivery.settle)  # what the iterator handed out so far, when called in a loop
         self._checkpoint_id += 1
-        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint = self._clock.monotonic()
         return self._checkpoint_id
 
     # ------------------------------------------------------------------------------------------- closing

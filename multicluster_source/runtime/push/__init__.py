@@ -1,6 +1,9 @@
 """The push API, ``source.run(handler, parallelism, runtime=...)``: how does a run drive readers that hand
 their batches to a handler in workers (threads, processes, Ray actors), and what does its caller hold?
 
+Public here (``__all__``): :class:`RunControl` (also importable from :mod:`multicluster_source`) and
+:class:`RunResult`; everything else is implementation.
+
 - ``_push``: ``run_source``, the entry point: options checked, the transport chosen, the driver run; the
   shape of every runtime is described there.
 - ``_driver``: the driver loop in the calling process: the enumerator on a coordinator thread,
@@ -26,3 +29,9 @@ May import: :mod:`multicluster_source.runtime.core`, :mod:`multicluster_source.r
 what the runtime may import (see :mod:`multicluster_source.runtime`); never
 :mod:`multicluster_source.runtime.pull`.
 """
+
+from __future__ import annotations
+
+from multicluster_source.runtime.push._control import RunControl, RunResult
+
+__all__ = ["RunControl", "RunResult"]

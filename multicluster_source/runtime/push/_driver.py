@@ -8,6 +8,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from multicluster_source._clock import clock
 from multicluster_source.exceptions import MultiClusterSourceError, SourceFailedError
 from multicluster_source.framework._storage import CheckpointStorage
 from multicluster_source.ops._metrics import SourceMetrics
@@ -80,6 +81,7 @@ class Driver:
         self._startup_timeout = startup_timeout
         self._stop_timeout = stop_timeout
         self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
+        self._clock = clock()  # heartbeats' and the checkpoint interval's
         self._inbound: queue.SimpleQueue[tuple[int, object]] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
@@ -200,7 +202,7 @@ class Driver:
         coordinator.enumerator = enumerator
         self._checkpoints.start(coordinator, enumerator, self._tracker)
         coordinator.call_sync(enumerator.start)
-        now = time.monotonic()
+        now = self._clock.monotonic()
         for i in range(self._n):
             self._last_seen[i] = now
             self._send(i, StartReader())
@@ -234,7 +236,7 @@ class Driver:
             self._on_message(index, message)
 
     def _loop(self) -> None:
-        last_checkpoint = time.monotonic()
+        last_checkpoint = self._clock.monotonic()
         next_check = 0.0
         bounded = self._source.bounded
         coordinator, enumerator = self._coordinator, self._enumerator
@@ -249,7 +251,7 @@ class Driver:
                     self._on_message(index, message)
             except queue.Empty:
                 pass
-            now = time.monotonic()
+            now = self._clock.monotonic()
             told, self._told_enumerator = self._told_enumerator, False
             if now < next_check and not (bounded and told):  # a split finished: maybe all did
                 continue
@@ -263,10 +265,10 @@ class Driver:
                 return
             if self._interval is not None and now - last_checkpoint >= self._interval:
                 self._checkpoints.take(wait=False, on_failure=self._fail)  # written on the checkpoint thread
-                last_checkpoint = time.monotonic()
+                last_checkpoint = self._clock.monotonic()
 
     def _on_message(self, index: int, message: object) -> None:
-        self._last_seen[index] = time.monotonic()
+        self._last_seen[index] = self._clock.monotonic()
         if isinstance(message, Delivered):
             self._tracker.advance(message.positions)
             if message.event_times and self._watermarks is not None:

@@ -7,10 +7,10 @@ import os
 import queue
 import socket
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from multicluster_source._clock import clock
 from multicluster_source.exceptions import DeserializationError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
@@ -151,6 +151,7 @@ class WorkerHost:
         self._unsent_records = 0
         self._unsent_times: dict[str, tuple[int, int]] | None = None
         self._last_delivered = 0.0
+        self._clock = clock()  # heartbeats' and the Delivered interval's
         self._topics_seen: set[tuple[str, str]] = set()
         self._reader: SourceReader | None = None
         self._event_times = event_times
@@ -222,7 +223,7 @@ class WorkerHost:
                     with self._lock:
                         self._release_deferred_locked()
                     finished = reader.is_finished() and self._idle()
-                now = time.monotonic()
+                now = self._clock.monotonic()
                 if finished != last_finished or now - last_beat >= HEARTBEAT_S:
                     last_beat, last_finished = now, finished
                     self._send(Heartbeat(finished, tuple(self.split_ids())))
@@ -275,14 +276,14 @@ class WorkerHost:
         self._unsent_records += records
         if times:
             self._unsent_times = _widened(self._unsent_times, times)
-        if time.monotonic() - self._last_delivered >= _DELIVERED_EVERY_S:
+        if self._clock.monotonic() - self._last_delivered >= _DELIVERED_EVERY_S:
             self._flush_delivered_locked()
 
     def _flush_delivered_locked(self) -> None:
         if self._unsent_positions or self._unsent_records:
             self._send(Delivered(self._unsent_positions, self._unsent_records, self._unsent_times))
             self._unsent_positions, self._unsent_records, self._unsent_times = {}, 0, None
-        self._last_delivered = time.monotonic()
+        self._last_delivered = self._clock.monotonic()
 
     def _release_deferred_locked(self) -> bool:
         """Send the finished splits whose records were handled; whether any was."""

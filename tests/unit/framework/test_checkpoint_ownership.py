@@ -13,13 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from multicluster_source import (
-    CheckpointError,
-    DirectoryCheckpointStorage,
-    MultiClusterKafkaSource,
-    RunControl,
-    StaticMetadataService,
-)
+from multicluster_source import CheckpointError, MultiClusterKafkaSource, RunControl, StaticMetadataService
+from multicluster_source.framework import DirectoryCheckpointStorage
 from multicluster_source.framework._dirlock import LOCK_NAME, DirectoryLock
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,7 +36,7 @@ def _holder(directory: Path) -> subprocess.Popen[str]:
     code = textwrap.dedent(
         f"""
         import sys, time
-        from multicluster_source import DirectoryCheckpointStorage
+        from multicluster_source.framework import DirectoryCheckpointStorage
         storage = DirectoryCheckpointStorage({str(directory)!r})
         storage.acquire("other-job")
         print("held", flush=True)

@@ -18,16 +18,15 @@ from multicluster_source import (
     ClusterMetadata,
     ConfigurationError,
     HybridSource,
-    HybridStage,
     KafkaStream,
     MultiClusterKafkaSource,
     OffsetsInitializer,
     SourceRecord,
-    StageHandover,
     StaticMetadataService,
-    StreamClosedError,
 )
 from multicluster_source.enumerator._offsets import handover_offsets
+from multicluster_source.exceptions import StreamClosedError
+from multicluster_source.hybrid import HybridStage, StageHandover
 from multicluster_source.hybrid._state import HybridState, HybridStateStore
 from multicluster_source.testing import InMemoryArchiveStage
 

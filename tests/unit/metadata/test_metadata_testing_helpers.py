@@ -2,7 +2,6 @@ import threading
 
 import pytest
 
-import multicluster_source.metadata as metadata
 from multicluster_source.exceptions import MetadataError, MetadataValidationError
 from multicluster_source.metadata import (
     ClusterMetadata,
@@ -97,30 +96,3 @@ def test_write_metadata_file_is_atomic_and_accepts_text(tmp_path):
     write_metadata_file(path, "raw text")
     assert path.read_text() == "raw text"
     assert sorted(p.name for p in path.parent.iterdir()) == ["streams.yaml"]
-
-
-def test_public_names_are_pinned():
-    assert metadata.__all__ == sorted(metadata.__all__)
-    assert set(metadata.__all__) == {
-        "ClusterMetadata",
-        "ConfigMapMetadataService",
-        "FileMetadataService",
-        "KafkaMetadataService",
-        "KafkaStream",
-        "KafkaStreamSubscriber",
-        "KafkaTopicMetadataService",
-        "MetadataListener",
-        "NotifyingMetadataService",
-        "ReplicaOf",
-        "StaticMetadataService",
-        "StreamPatternSubscriber",
-        "StreamSetSubscriber",
-        "dump_streams",
-        "parse_streams",
-        "redact_properties",
-        "resolve_properties",
-        "validate_streams",
-    }
-    for name in metadata.__all__:
-        if name != "MetadataListener":  # a type alias: documented by the string after it in _model
-            assert getattr(metadata, name).__doc__, name

@@ -1,20 +1,21 @@
 """A reader closes the fetcher (client and fetch thread) of a cluster that has held no split for the window
-(``_AHEAD_S``, shortened here), and reads that cluster's splits that come later with a new one.
+(``_AHEAD_S``), and reads that cluster's splits that come later with a new one.
 
 Fake consumers record the calls (``assign``, ``close``); the reader is driven as its runner does, by calling
-``poll_events``.
+``poll_events``; the window passes on a manual clock, in steps of the reader's idle check, not in real time.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from harness.fake_consumer import FakeConsumer, FakeReaderContext
+from multicluster_source._clock import ManualClock, clock, use
 from multicluster_source.framework._events import MetadataUpdateEvent, StandbySplitsEvent
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata import ClusterMetadata
@@ -22,7 +23,8 @@ from multicluster_source.reader import _multicluster
 from multicluster_source.reader._multicluster import MultiClusterReader
 from multicluster_source.reader._settings import FetchSettings, ReaderSettings
 
-WINDOW_S = 0.3
+WINDOW_S = _multicluster._AHEAD_S
+STEP_S = _multicluster._IDLE_CHECK_S
 
 
 class _NoMetrics:
@@ -60,6 +62,14 @@ class _Reader:
     def open_clients(self, cluster: str) -> int:
         return sum(1 for c in self.clients(cluster) if c.count("close") == 0)
 
+    def let_pass(self, seconds: float) -> None:
+        """Advance the manual clock by ``seconds``, one idle check at a time, the reader polled after each."""
+        manual = clock()
+        assert isinstance(manual, ManualClock)
+        for _ in range(round(seconds / STEP_S)):
+            manual.advance(STEP_S)
+            self.reader.poll_events()
+
     def poll_until(self, condition: Callable[[], bool]) -> None:
         deadline = time.monotonic() + 10
         while not condition():
@@ -70,8 +80,9 @@ class _Reader:
 
 
 @pytest.fixture(autouse=True)
-def _short_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_multicluster, "_AHEAD_S", WINDOW_S)
+def _manual_clock() -> Iterator[ManualClock]:
+    with use(ManualClock()) as clock:
+        yield clock
 
 
 def _fetch_threads(cluster: str) -> list[str]:
@@ -95,9 +106,12 @@ def test_a_fetcher_whose_topics_were_removed_is_closed_after_the_window_and_new_
         r.poll_until(lambda: first.count("assign") == 1)
 
         r.metadata(east={"refunds"}, west={"orders"})  # east stays in the metadata; its only read topic goes
-        removed_at = time.monotonic()
+        r.poll_until(lambda: reader.split_ids() == ["west/orders/0"])
+        r.let_pass(WINDOW_S - 2 * STEP_S)
+        assert reader.status()["clusters"] == ["east", "west"], "not before the window"
+        assert first.count("close") == 0
+        r.let_pass(3 * STEP_S)
         r.poll_until(lambda: reader.status()["clusters"] == ["west"])
-        assert time.monotonic() - removed_at >= WINDOW_S  # not before the window
         assert first.count("close") == 1
         assert r.open_clients("east") == 0 and not _fetch_threads("east")
         assert reader.split_ids() == ["west/orders/0"]
@@ -128,8 +142,7 @@ def test_a_fetcher_that_gets_splits_again_within_the_window_is_kept() -> None:
         reader.add_splits([KafkaPartitionSplit("east", "refunds", 0, 0)])
         first = r.clients("east")[0]
         r.poll_until(lambda: first.count("assign") == 2)
-        time.sleep(WINDOW_S * 2)
-        r.poll_until(lambda: True)
+        r.let_pass(WINDOW_S * 2)
         assert reader.status()["clusters"] == ["east"]
         assert first.count("close") == 0 and len(r.clients("east")) == 1
     finally:
@@ -144,6 +157,7 @@ def test_bounded_splits_all_finished_close_the_fetcher_and_the_reader_stays_fini
         reader.add_splits([KafkaPartitionSplit("east", "orders", p, 5, stopping_offset=5) for p in range(2)])
         reader.notify_no_more_splits()
         r.poll_until(reader.is_finished)
+        r.let_pass(WINDOW_S + 2 * STEP_S)
         r.poll_until(lambda: reader.status()["clusters"] == [])
         assert reader.is_finished()
         assert r.open_clients("east") == 0
@@ -159,13 +173,14 @@ def test_the_fetcher_of_a_cluster_the_reader_stands_by_for_is_kept() -> None:
         reader.add_splits([KafkaPartitionSplit("east", "orders", 0, 0)])
         reader.handle_source_event(StandbySplitsEvent((KafkaPartitionSplit("east", "orders", 1, 0),)))
         r.metadata(east={"refunds"})
-        time.sleep(WINDOW_S * 2)
-        r.poll_until(lambda: True)
+        r.poll_until(lambda: reader.split_ids() == [])
+        r.let_pass(WINDOW_S * 2)
         assert reader.status()["clusters"] == ["east"]  # its client is the one ready to take over
         assert reader.status()["warm_clients"] == []
         assert r.open_clients("east") == 1
 
         reader.handle_source_event(StandbySplitsEvent(()))  # no longer standing by: closed after the window
+        r.let_pass(WINDOW_S + 2 * STEP_S)
         r.poll_until(lambda: reader.status()["clusters"] == [])
         assert r.open_clients("east") == 0
     finally:

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from harness.archive import kafka_log, value_file_bytes, write_archive
-from multicluster_source import ArchiveError, KafkaArchiveSource, MultiClusterSourceError
+from multicluster_source import KafkaArchiveSource, MultiClusterSourceError
 from multicluster_source.exceptions import ConfigurationError
+from multicluster_source.hybrid import ArchiveError
 
 
 def open_reader(source: KafkaArchiveSource, parallelism: int = 1):

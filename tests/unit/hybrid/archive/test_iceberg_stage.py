@@ -15,8 +15,12 @@ pa = pytest.importorskip("pyarrow")
 from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
 
 from harness.archive import LogRecord, kafka_log  # noqa: E402
-from multicluster_source import ArchiveError, KafkaIcebergSource, SourceRecord  # noqa: E402
-from multicluster_source.hybrid import StageHandover  # noqa: E402
+from multicluster_source import SourceRecord  # noqa: E402
+from multicluster_source.hybrid import (  # noqa: E402
+    ArchiveError,
+    KafkaIcebergSource,
+    StageHandover,
+)
 
 
 def catalog(tmp_path: Path) -> Any:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from harness.timestamps import messages_of, msg, plain_times
-from multicluster_source import ConfigurationError, SourceFailedError, WatermarkStrategy
+from multicluster_source import ConfigurationError, WatermarkStrategy
+from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.framework._records import records_of
 from multicluster_source.framework._watermarks import kafka_event_times
 from multicluster_source.metadata import ClusterMetadata

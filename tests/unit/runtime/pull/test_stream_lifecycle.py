@@ -10,12 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from multicluster_source import (
-    KafkaStream,
-    MultiClusterKafkaSource,
-    MultiClusterSourceError,
-    StreamClosedError,
-)
+from multicluster_source import KafkaStream, MultiClusterKafkaSource, MultiClusterSourceError
+from multicluster_source.exceptions import StreamClosedError
 from multicluster_source.testing import InMemoryMetadataService
 
 

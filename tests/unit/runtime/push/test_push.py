@@ -18,19 +18,21 @@ import pytest
 from confluent_kafka import Message
 
 from multicluster_source import (
-    CheckpointStorage,
     ClusterMetadata,
     ConfigurationError,
     DeserializationError,
-    DirectoryCheckpointStorage,
     KafkaStream,
     MultiClusterKafkaSource,
-    ObjectStoreCheckpointStorage,
     OffsetsInitializer,
     RunControl,
-    SourceFailedError,
     SourceRecord,
     StaticMetadataService,
+)
+from multicluster_source.exceptions import SourceFailedError
+from multicluster_source.framework import (
+    CheckpointStorage,
+    DirectoryCheckpointStorage,
+    ObjectStoreCheckpointStorage,
 )
 from multicluster_source.framework._checkpoint import CheckpointStore
 from multicluster_source.framework._events import (

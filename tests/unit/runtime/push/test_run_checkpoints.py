@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from unit.runtime.push.test_push import ENDS, Collect, FakeSource, _all_values, _run, wait_for
 
-from multicluster_source import CheckpointError, ObjectStoreCheckpointStorage, RunControl, SourceRecord
+from multicluster_source import CheckpointError, RunControl, SourceRecord
+from multicluster_source.framework import ObjectStoreCheckpointStorage
 from multicluster_source.framework._storage import InMemoryObjectStore
 
 
