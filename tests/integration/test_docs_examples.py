@@ -15,6 +15,7 @@ from confluent_kafka import TopicPartition
 
 from docblocks import argv_of, marked_block, run_example, run_python, session
 from harness.cluster import Cluster, unique_name
+from harness.eos import read_output
 from multicluster_source import ClusterMetadata, KafkaStream
 from multicluster_source.testing import write_metadata_file
 
@@ -115,3 +116,31 @@ def test_the_metadata_topic_session_prints_what_the_guide_shows(
     done = run_python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['orders']", "set()"]
+
+
+def test_the_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    """The guide's job, twice: the second run starts after what the first committed and writes nothing."""
+    _orders(kafka_cluster, tmp_path)
+    totals = kafka_cluster.create_topic("billing.totals", partitions=1)
+    job = unique_name("billing")
+    code = marked_block("exactly-once").code
+    for doc_value, test_value in {
+        "kafka-central:9092": kafka_cluster.bootstrap_servers,
+        '"billing.totals"': f'"{totals}"',
+        '"billing.positions"': f'"{job}.positions"',
+        'transactional_id="billing"': f'transactional_id="{job}"',
+        "timeout=5.0": "timeout=3.0",
+    }.items():
+        assert doc_value in code, doc_value
+        code = code.replace(doc_value, test_value)
+    first = run_python(code, tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "3 results\n"
+    again = run_python(code, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "0 results\n"
+    assert sorted(read_output(kafka_cluster, totals)) == [
+        b"total:order-0",
+        b"total:order-1",
+        b"total:order-2",
+    ]
