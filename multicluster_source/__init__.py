@@ -21,6 +21,7 @@ from multicluster_source.exceptions import (
     SourceFailedError,
     StreamClosedError,
 )
+from multicluster_source.framework._columns import column_schema
 from multicluster_source.framework._records import MessageBatch, RawRecord, SourceRecord
 from multicluster_source.framework._storage import (
     CheckpointStorage,
@@ -127,4 +128,5 @@ __all__ = [
     "TopicStatusStore",
     "TopicTrackingDisabledError",
     "WatermarkStrategy",
+    "column_schema",
 ]

@@ -91,6 +91,7 @@ PINNED = [
     "TopicStatusStore",
     "TopicTrackingDisabledError",
     "WatermarkStrategy",
+    "column_schema",
 ]
 
 
