@@ -38,6 +38,11 @@ from multicluster_source.runtime.core._handoff import Handoff, PositionTracker, 
 class RecordMaker(Protocol):
     """Makes records of one cluster's messages (:class:`~multicluster_source.reader._records.RecordMaker`)."""
 
+    @property
+    def views(self) -> bool:
+        """Whether records are made by C-level calls alone (no deserializer: making one cannot raise)."""
+        ...
+
     def __call__(self, cluster_id: str, messages: Sequence[Any], /) -> list[SourceRecord]:
         """The records of ``messages``, in order."""
         ...
@@ -55,6 +60,11 @@ OnDelivered = Callable[
 """``(cluster_id, messages, event_times or None, records or None)`` after each chunk returned (event time:
 :class:`~multicluster_source.runtime.eventtime._watermarks.WatermarkTracker`); a part of a batch has its
 event times cut from the batch's (:func:`~multicluster_source.framework._watermarks.part_event_times`)."""
+
+
+ColumnMaker = Callable[[str, Sequence[Any], "tuple[str, int] | None"], Any]
+"""``(cluster_id, messages, (topic, partition) or None) -> pyarrow.RecordBatch``: see
+:class:`~multicluster_source.framework._columns.ColumnBuilder`."""
 
 
 def part_positions(cluster_id: str, messages: Sequence[Any]) -> dict[str, int]:
@@ -107,6 +117,12 @@ class Delivery:
         if watched and not watched.isdisjoint(positions):
             return tracker.advance(positions, last_times(cluster_id, messages, watched & positions.keys()))
         return tracker.advance(positions)
+
+    @property
+    def views(self) -> bool:
+        """Whether :meth:`iterate`'s records are made by C-level calls alone (no deserializer)."""
+        views: bool = getattr(self._make_records, "views", False)  # a maker without it: not known
+        return views
 
     @property
     def holding(self) -> bool:
@@ -310,3 +326,43 @@ class Delivery:
                     continue
             out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
         return out
+
+    def columns(
+        self, timeout: float, max_records: int, stopped: Callable[[], bool], build: ColumnMaker
+    ) -> list[Any]:
+        """Arrow record batches of what is ready (at most ``max_records`` rows in all), one per batch part
+        taken (``build(cluster_id, messages, split)``, see
+        :class:`~multicluster_source.framework._columns.ColumnBuilder`); ``[]`` after ``timeout``. A part
+        counts as delivered once its batch is made; when ``build`` raises, the part is left as it was."""
+        self.detach()
+        out: list[Any] = []
+        n = 0
+        deadline = time.monotonic() + timeout
+        while n < max_records and self._next(deadline, bool(out), stopped) is not None:
+            batch, start = self._batch, self._start
+            cluster_id, messages, positions = self._take(max_records - n)
+            try:
+                made = build(cluster_id, messages, _one_split(positions, messages))
+                if self._on_delivered is not None:
+                    self._on_delivered(cluster_id, messages, self._event_times, None)
+            except BaseException:
+                self._batch, self._start = batch, start
+                raise
+            n += len(messages)
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                messages = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
+                if not messages:
+                    continue
+                made = build(cluster_id, messages, None)
+            out.append(made)
+        return out
+
+
+def _one_split(positions: Mapping[str, int], messages: Sequence[Any]) -> tuple[str, int] | None:
+    """``(topic, partition)`` when every message is of one split: the positions a batch (or a part of one)
+    reaches name every split it has a message of, so one position means one split."""
+    if len(positions) != 1 or not messages:
+        return None
+    first = messages[0]
+    return first.topic(), first.partition()

@@ -18,6 +18,7 @@ from multicluster_source.exceptions import (
     StreamClosedError,
 )
 from multicluster_source.framework._checkpoint import CheckpointStore
+from multicluster_source.framework._columns import column_builder
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
@@ -40,6 +41,7 @@ from multicluster_source.runtime.pull._status import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from prometheus_client import CollectorRegistry
 
     from multicluster_source.runtime.core._factory import SourceFactory
@@ -212,6 +214,21 @@ class SourceStream:
         """
         self._before_poll("poll_batches()")
         out = self._taking(lambda: self._delivery.batches(timeout, max_records, self._stop_waiting))
+        if not out:
+            self._raise_if_failed()
+        return out
+
+    def poll_columns(
+        self, timeout: float = 1.0, max_records: int = 100_000, *, headers: bool = False
+    ) -> list[pa.RecordBatch]:
+        """Arrow record batches of what is ready (at most ``max_records`` rows), ``[]`` after ``timeout`` s:
+        ``cluster, topic, partition, offset, timestamp, key, value`` (and ``headers``), see
+        :func:`~multicluster_source.column_schema`; no record is made, no deserializer applied. Needs
+        pyarrow (the ``arrow`` extra). May be mixed with :meth:`poll` and the rest; checkpoints cover every
+        row returned. Raises as :meth:`poll` does."""
+        build = column_builder(headers)
+        self._before_poll("poll_columns()")
+        out = self._taking(lambda: self._delivery.columns(timeout, max_records, self._stop_waiting, build))
         if not out:
             self._raise_if_failed()
         return out
