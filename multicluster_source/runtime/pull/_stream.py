@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from itertools import chain
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -264,9 +265,9 @@ class SourceStream:
         Raises :class:`StreamClosedError` when the stream is already closed as iteration starts.
         """
         self._before_poll("iterating")
-        return self._iterate()
+        return chain.from_iterable(self._runs())  # no Python frame runs per record
 
-    def _iterate(self) -> Iterator[SourceRecord]:
+    def _runs(self) -> Iterator[Iterator[SourceRecord]]:  # one C-level iterator of records per batch
         delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
         while self._before_poll(None):
             records = self._taking(lambda: delivery.iterate(0.5, self._stop_waiting))
@@ -275,12 +276,16 @@ class SourceStream:
                 if self._closed or self.finished:
                     return
                 continue
-            try:
-                yield from records
-            except DeserializationError as exc:
-                self._fail(exc)
-                raise
-            self._taking(delivery.settle)
+            yield records if delivery.views else self._failing(records)
+            self._taking(delivery.settle)  # the chain came back for more: the batch was taken
+
+    def _failing(self, records: Iterator[SourceRecord]) -> Iterator[SourceRecord]:
+        """``records`` (deserialized ones): a deserializer that raises (policy ``fail``) fails the stream."""
+        try:
+            yield from records
+        except DeserializationError as exc:
+            self._fail(exc)
+            raise
 
     def _next_ready(self) -> SourceRecord | None:  # for `async for` on the asyncio stream
         self._before_poll("iterating")
