@@ -36,8 +36,8 @@ def arrow_batches(reader: StageReader | None) -> bool:
 
 
 def take_columns(reader: StageReader, timeout: float, max_records: int, headers: bool) -> list[Any]:
-    """The stage's ``poll_columns`` parts, or its ``poll_arrow`` batches; ``TypeError`` naming the stage's
-    kind when it has neither."""
+    """The stage's ``poll_columns`` parts, or its ``poll_arrow`` batches; ``[]`` from a finished stage with
+    neither (the caller switches), ``TypeError`` naming the stage's kind from an unfinished one."""
     take = getattr(reader, "poll_columns", None)
     if callable(take):
         parts: list[ArchivedColumns] = take(timeout, max_records)
@@ -46,6 +46,8 @@ def take_columns(reader: StageReader, timeout: float, max_records: int, headers:
     if callable(arrow):
         batches: list[Any] = arrow(timeout, max_records, headers)
         return batches
+    if reader.finished:  # a stage of records that has ended: the call switches to the next one
+        return []
     raise TypeError(
         f"poll_columns(): the stage being read ({type(reader).__name__}) has no columnar read; "
         "use poll() or poll_batches()"

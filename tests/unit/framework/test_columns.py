@@ -30,7 +30,7 @@ def _msg(
     key: bytes | None = b"k",
     stamp: tuple[int, int] = (1, 5),
 ) -> Any:
-    headers = [("h", b"1"), ("g", None)] if offset % 2 else None
+    headers: Any = [("h", b"1"), ("g", None)] if offset % 2 else None
     return Message(
         topic=topic,
         partition=partition,
