@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import BatchEventTimes, kafka_event_times, part_event_times
@@ -183,7 +182,7 @@ class Delivery:
         while self._batch is None:
             wait = 0.0 if have else deadline - time.monotonic()
             # with records in hand, only what is buffered: no fetching inline for more (memory, GC), unless
-            # ``more`` (columns: nothing for the collector)
+            # ``more`` (columns: what is in hand is Arrow buffers, nothing for the collector)
             batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=more or not have)
             if batch is not None:
                 if not batch.messages:  # positions alone (an offset reset): nothing to hand out
@@ -329,42 +328,38 @@ class Delivery:
     def columns(
         self, timeout: float, max_records: int, stopped: Callable[[], bool], build: ColumnMaker
     ) -> list[Any]:
-        """Arrow record batches of what is ready (at most ``max_records`` rows in all), one per run of
-        batches of one cluster (``build(cluster_id, messages, split)``, see
+        """Arrow record batches of what is ready (at most ``max_records`` rows in all), one per batch part
+        taken (``build(cluster_id, messages, split)``, see
         :class:`~multicluster_source.framework._columns.ColumnBuilder`); ``[]`` after ``timeout``.
 
-        Unlike :meth:`records` it goes on fetching inline while it holds rows (Arrow buffers are nothing
-        for the garbage collector to walk, and fewer, larger batches cost less per row). What it takes
-        counts as delivered as it is taken, so when making the batches fails the stream must fail
-        (``SourceFailedError``): a checkpoint would cover rows that were never returned.
+        Unlike :meth:`records` it goes on fetching inline while it holds rows: each part's messages are
+        dropped once its Arrow batch is made, and Arrow buffers are nothing for the garbage collector to
+        walk (gathering the messages of several parts into one batch kept them alive: half the rate). A part
+        counts as delivered once its batch is made; when ``build`` raises, the part is left as it was.
         """
         self.detach()
-        runs: list[tuple[str, list[Any], set[str]]] = []  # (cluster, messages, splits) in the order taken
+        out: list[Any] = []
         n = 0
         deadline = time.monotonic() + timeout
-        while n < max_records and self._next(deadline, bool(runs), stopped, more=True) is not None:
-            cluster_id, messages, positions = self._take_noted(max_records - n)
+        while n < max_records and self._next(deadline, bool(out), stopped, more=True) is not None:
+            batch, start = self._batch, self._start
+            cluster_id, messages, positions = self._take(max_records - n)
             try:
-                n += len(messages)
-                refused = self._advance(positions, cluster_id, messages)
-                if refused:  # fenced by a replica handover meanwhile: never handed out
-                    messages = [
-                        m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused
-                    ]
-                    positions = {s: p for s, p in positions.items() if s not in refused}
+                made = build(cluster_id, messages, _one_split(positions, messages))
+                if self._on_delivered is not None:
+                    self._on_delivered(cluster_id, messages, self._event_times, None)
+            except BaseException:
+                self._batch, self._start = batch, start
+                raise
+            n += len(messages)
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                messages = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
                 if not messages:
                     continue
-                if runs and runs[-1][0] == cluster_id:
-                    runs[-1][1].extend(messages)
-                    runs[-1][2].update(positions)
-                else:
-                    runs.append((cluster_id, list(messages), set(positions)))
-            except Exception as exc:
-                raise _lost("taking rows", exc) from exc
-        try:
-            return [build(cid, messages, _one_split(splits, messages)) for cid, messages, splits in runs]
-        except Exception as exc:
-            raise _lost("making the Arrow batches", exc) from exc
+                made = build(cluster_id, messages, None)
+            out.append(made)
+        return out
 
 
 ColumnMaker = Callable[[str, Sequence[Any], "tuple[str, int] | None"], Any]
@@ -372,15 +367,10 @@ ColumnMaker = Callable[[str, Sequence[Any], "tuple[str, int] | None"], Any]
 :class:`~multicluster_source.framework._columns.ColumnBuilder`."""
 
 
-def _lost(what: str, exc: BaseException) -> SourceFailedError:
-    """The stream's failure when rows that count as delivered cannot be returned."""
-    return SourceFailedError(f"poll_columns(): {what} failed after rows were taken: {exc!r}")
-
-
-def _one_split(splits: set[str], messages: Sequence[Any]) -> tuple[str, int] | None:
+def _one_split(positions: Mapping[str, int], messages: Sequence[Any]) -> tuple[str, int] | None:
     """``(topic, partition)`` when every message is of one split: the positions a batch (or a part of one)
-    reaches name every split it has a message of, so one split among them means one split."""
-    if len(splits) != 1 or not messages:
+    reaches name every split it has a message of, so one position means one split."""
+    if len(positions) != 1 or not messages:
         return None
     first = messages[0]
     return first.topic(), first.partition()

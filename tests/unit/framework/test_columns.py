@@ -11,7 +11,6 @@ import pytest
 from confluent_kafka import Message
 
 from multicluster_source import column_schema
-from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.framework._columns import ARROW_EXTRA, COLUMNS, ColumnBuilder, column_builder
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import records_of
@@ -112,11 +111,11 @@ def test_columns_deliver_exactly_the_rows_returned_and_the_rest_comes_next() -> 
     assert delivered() == {"east/t/0": 12, "east/t/1": 8}
 
 
-def test_consecutive_batches_of_one_cluster_make_one_arrow_batch() -> None:
+def test_a_call_takes_batch_after_batch_each_made_at_once() -> None:
     batches = [_batch("east", [(0, 1), (0, 2)]), _batch("east", [(0, 3)]), _batch("west", [(1, 1)])]
     delivery, delivered = _delivery(batches)
     out = _columns(delivery)
-    assert [b.num_rows for b in out] == [3, 1]
+    assert [b.num_rows for b in out] == [2, 1, 1]
     assert _rows(out) == [("east", "t", 0, 1), ("east", "t", 0, 2), ("east", "t", 0, 3), ("west", "t", 1, 1)]
     assert delivered() == {"east/t/0": 4, "west/t/1": 2}
     assert _columns(delivery) == []
@@ -130,12 +129,14 @@ def test_fenced_splits_rows_are_never_returned_nor_counted() -> None:
     assert delivered() == {"east/t/0": 3}
 
 
-def test_a_batch_that_cannot_be_made_fails_the_stream_rather_than_lose_rows() -> None:
+def test_a_batch_that_cannot_be_made_is_not_counted_as_delivered() -> None:
     delivery, delivered = _delivery([_batch("east", [(0, 1)])])
 
     def broken(*_args: Any) -> Any:
-        raise ValueError("no memory")
+        raise MemoryError("no memory")
 
-    with pytest.raises(SourceFailedError, match="no memory"):
+    with pytest.raises(MemoryError):
         delivery.columns(0.0, 10, lambda: False, broken)
-    assert delivered() == {"east/t/0": 2}  # counted: the stream fails, so no checkpoint covers it
+    assert delivered() == {} and delivery.holding
+    assert _rows(_columns(delivery)) == [("east", "t", 0, 1)]
+    assert delivered() == {"east/t/0": 2}
