@@ -61,6 +61,7 @@ if __package__ in (None, ""):
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
+from benchmarks import _long_run
 from benchmarks._brokers import (
     RESULTS_DIR,
     Cluster,
@@ -351,6 +352,7 @@ TAKERS: dict[str, Callable[[SourceStream], int]] = {
     "batches": _take_batches,
     "records": _take_records,
     "iterate": _take_iterated,
+    "columns": _long_run.take_columns,
 }
 
 
@@ -386,11 +388,63 @@ def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[s
 
 
 def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measurement:
-    """One measurement of ``kind`` (one of KINDS: ``raw-N``, ``batches-N`` or ``records-N``)."""
+    """One measurement of ``kind`` (one of KINDS, or of the long run's ``_long_run.LONG_KINDS``)."""
     name, readers = kind.rsplit("-", 1)
     if name == "raw":
         return raw_drain(dataset, int(readers), props)
+    if name in ("floor", "rawcolumns"):
+        n = int(readers)
+        shares = [[p for p in range(PARTITIONS) if p * n // PARTITIONS == r] for r in range(n)]
+        got, steady_s, cpu, first = _long_run.raw_loop(name, dataset.parts, shares, props)
+        return Measurement(kind, got, first + steady_s, first, 0.0, cpu)
     return source_drain(dataset, name, int(readers), props)
+
+
+def run_long(
+    clusters: Sequence[Cluster],
+    *,
+    sizes: Sequence[int] = _long_run.LONG_RECORDS,
+    repeats: int = _long_run.LONG_REPEATS,
+    kinds: Sequence[str] = _long_run.LONG_KINDS,
+    brokers: str = "kafka",
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The long-run mode (see :mod:`benchmarks._long_run`): per size, every kind ``repeats`` times,
+    alternating; steady rates, CPU per record, paired ratios."""
+    props = VARIANTS["fast-refetch"]
+    result: dict[str, Any] = {
+        "benchmark": "throughput-long",
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(brokers),
+        "config": {
+            "clusters": len(clusters),
+            "partitions_per_topic": PARTITIONS,
+            "value_bytes": VALUE_SIZE,
+            "repeats": repeats,
+            "order": list(kinds),
+            "client_properties": props,
+            "timed_from": "the first record to the N-th (steady); CPU from client creation / open()",
+        },
+        "sizes": {},
+    }
+    for size in sizes:
+        log(f"throughput --long: producing {size:,} records on {len(clusters)} cluster(s)...")
+        dataset = prepare(clusters, size)
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+        for rep, kind in _long_run.iterate_runs(kinds, repeats):
+            m = run_kind(kind, dataset, props)
+            if m.records != dataset.total:
+                log(f"  note: {kind} returned {m.records} records for {dataset.total} produced")
+            runs[kind].append({"steady": m.steady_rate, "cpu_ns": m.cpu_ns_per_record, "seconds": m.seconds})
+            log(
+                f"  {size:,} run {rep + 1}/{repeats} {kind:<13} {m.steady_rate:>11,.0f} records/s from the "
+                f"first record, CPU {m.cpu_ns_per_record:.0f} ns/record"
+            )
+        result["sizes"][str(size)] = {
+            **_long_run.summarize(runs, sorted({int(k.rsplit("-", 1)[1]) for k in kinds})),
+            "runs": runs,
+        }
+    return result
 
 
 # ----------------------------------------------------------------------------------------------- profiling
@@ -699,12 +753,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=None, help=f"default {DEFAULT_RECORDS:,}")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS:,} records")
     parser.add_argument("--clusters", type=int, choices=(1, 2), default=1)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="5 (--long: use 3 for 20M records)")
     parser.add_argument(
         "--variants",
         default=",".join(DEFAULT_VARIANTS),
         help=f"comma-separated client variants out of {', '.join(VARIANTS)} "
         f"(default: {','.join(DEFAULT_VARIANTS)})",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="long-run mode: steady rates, paired ratios and CPU per record at --long-records sizes, for "
+        "records, batches and columns (writes throughput-long*.json)",
+    )
+    parser.add_argument(
+        "--long-records",
+        default=",".join(str(n) for n in _long_run.LONG_RECORDS),
+        help="comma-separated sizes for --long (default: %(default)s)",
     )
     parser.add_argument(
         "--profile",
@@ -716,6 +781,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
+    if args.long:
+        sizes = [int(n) for n in args.long_records.split(",") if n.strip()]
+        with started_clusters(args.brokers, args.clusters) as clusters:
+            long_result = run_long(clusters, sizes=sizes, repeats=args.repeats, brokers=args.brokers)
+        print(_long_run.format_long(long_result))
+        name = (
+            "throughput-long.json" if args.clusters == 1 else f"throughput-long-{args.clusters}clusters.json"
+        )
+        print(f"written: {write_result(long_result, name)}")
+        return 0
     records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
     with started_clusters(args.brokers, args.clusters) as clusters:
         result = run(

@@ -1,7 +1,8 @@
 """The framework every role builds on: values, interfaces and state formats.
 
 Public here (``__all__``): the checkpoint storage seam, :class:`CheckpointStorage` with
-:class:`DirectoryCheckpointStorage`, and :class:`ObjectStoreCheckpointStorage` over an :class:`ObjectStore`.
+:class:`DirectoryCheckpointStorage`, and :class:`ObjectStoreCheckpointStorage` over an :class:`ObjectStore`;
+``column_schema``, the Arrow schema of what ``poll_columns()`` returns.
 The records, batches and ``WatermarkStrategy`` defined here are imported from :mod:`multicluster_source`;
 the rest is implementation.
 
@@ -21,6 +22,7 @@ What lives here:
 - ``_clientconf``: the client configuration of one cluster (placeholders resolved at client creation).
 - ``_watermarks``: ``WatermarkStrategy`` (event time and watermarks, set on the builder) and the event times
   of a batch per split (computed by fetchers, once per batch).
+- ``_columns``: Arrow record batches of the client's messages (``poll_columns()``, the Spark source).
 - ``_gcpause``: Python's cyclic garbage collector held off while a client answer of many short-lived
   objects is read.
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
@@ -31,6 +33,7 @@ May import: :mod:`multicluster_source.exceptions` and :mod:`multicluster_source.
 
 from __future__ import annotations
 
+from multicluster_source.framework._columns import column_schema
 from multicluster_source.framework._storage import (
     CheckpointStorage,
     DirectoryCheckpointStorage,
@@ -38,4 +41,10 @@ from multicluster_source.framework._storage import (
     ObjectStoreCheckpointStorage,
 )
 
-__all__ = ["CheckpointStorage", "DirectoryCheckpointStorage", "ObjectStore", "ObjectStoreCheckpointStorage"]
+__all__ = [
+    "CheckpointStorage",
+    "DirectoryCheckpointStorage",
+    "ObjectStore",
+    "ObjectStoreCheckpointStorage",
+    "column_schema",
+]

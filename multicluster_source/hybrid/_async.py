@@ -33,6 +33,7 @@ from multicluster_source.hybrid._stream import (
     HybridStream,
     fetch_in_threads,
     ready_batches,
+    ready_columns,
     ready_records,
     stage_reader,
 )
@@ -105,6 +106,14 @@ class AsyncHybridStream:
     async def poll_batches(self, timeout: float = 1.0, max_records: int = 10_000) -> list[MessageBatch]:
         """Batches that are ready (at most ``max_records`` messages), ``[]`` after ``timeout`` seconds."""
         return await self._take(lambda s: ready_batches(s, max_records), timeout)
+
+    async def poll_columns(
+        self, timeout: float = 1.0, max_records: int = 100_000, *, headers: bool = False
+    ) -> list[Any]:
+        """Columns that are ready (at most ``max_records`` rows), ``[]`` after ``timeout`` seconds: an
+        archive stage's ``ArchivedColumns`` parts or a Kafka stage's Arrow record batches (see
+        :meth:`HybridStream.poll_columns`)."""
+        return await self._take(lambda s: ready_columns(s, max_records, headers), timeout)
 
     async def _take(self, take: Callable[[HybridStream], list[T]], timeout: float) -> list[T]:
         stream = self.stream

@@ -112,6 +112,10 @@ class KafkaStageReader:
         """The source's ``poll_batches``."""
         return self.stream.poll_batches(timeout, max_records)
 
+    def poll_arrow(self, timeout: float, max_records: int, headers: bool = False) -> list[Any]:
+        """The source's ``poll_columns``: Arrow record batches (optional in the protocol)."""
+        return self.stream.poll_columns(timeout, max_records, headers=headers)
+
     def iterate(self) -> Iterator[SourceRecord]:
         """The source's own iterator (optional in the protocol): one record at a time without a poll per
         record; a checkpoint between two records covers exactly those handed out."""

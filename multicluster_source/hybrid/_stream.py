@@ -29,14 +29,13 @@ from prometheus_client import CollectorRegistry
 from multicluster_source.exceptions import ConfigurationError, StreamClosedError
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
-from multicluster_source.hybrid._columns import columnar, skip_columns, take_columns
+from multicluster_source.hybrid._columns import arrow_batches, columnar, kept_columns, take_columns
 from multicluster_source.hybrid._held import Held, as_batches, iterate
 from multicluster_source.hybrid._metrics import HybridMetrics
 from multicluster_source.hybrid._periodic import BackgroundCheckpoint, Captured, stage_busy
 from multicluster_source.hybrid._stage import StageChain, StageHandover, StageReader
 from multicluster_source.hybrid._state import HybridState, HybridStateStore, checked_restore, write_state
 from multicluster_source.hybrid._status import hybrid_status, log_switch, stage_secrets, switch_summary
-from multicluster_source.hybrid.archive._archive_pieces import ArchivedColumns
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 from multicluster_source.runtime.pull._stream import SourceStream, handoff_of
 
@@ -204,18 +203,23 @@ class HybridStream:
 
     @property
     def columnar(self) -> bool:
-        """Whether the stage being read offers :meth:`poll_columns` (the archive and Iceberg stages do)."""
+        """Whether the stage being read hands out :class:`ArchivedColumns` parts with :meth:`poll_columns`
+        (the archive and Iceberg stages do; a Kafka stage hands out Arrow record batches)."""
         return columnar(self._reader) and not self._held.buffer
 
-    def poll_columns(self, timeout: float = 1.0, max_records: int = 100_000) -> list[ArchivedColumns]:
-        """The archive stage's records as columns, one part per split (see :mod:`._columns`), as ``poll``
-        returns records: switches to the next stage when this one has finished (``[]`` then, and
-        :attr:`columnar` tells whether to go on with ``poll``). ``TypeError`` on a stage without columns."""
+    def poll_columns(
+        self, timeout: float = 1.0, max_records: int = 100_000, *, headers: bool = False
+    ) -> list[Any]:
+        """The stage's records as columns (see :mod:`._columns`), as ``poll`` returns records: an archive
+        stage's :class:`ArchivedColumns` parts, or a Kafka stage's Arrow record batches (``headers``:
+        :meth:`SourceStream.poll_columns`). ``[]`` at a switch to a stage of the other kind (:attr:`columnar`
+        says which); ``TypeError`` on a stage without columns."""
         if self._held.buffer:
             raise TypeError("poll_columns(): a for loop left records behind; take them with poll() first")
-        skip, what = self._held.skip, "poll_columns()"
-        kept = functools.partial(skip_columns, skip=skip)
-        return self._take(lambda r, left: take_columns(r, left, max_records), what, timeout, kept, columnar)
+        what, kept = "poll_columns()", functools.partial(kept_columns, skip=self._held.skip)
+        same = columnar if columnar(self._current(what)) else arrow_batches  # what this call goes on into
+        take = functools.partial(take_columns, max_records=max_records, headers=headers)
+        return self._take(lambda r, left: take(r, left), what, timeout, kept, same)
 
     def __iter__(self) -> Iterator[SourceRecord]:
         """Every record, blocking; ends when the last stage is bounded and finished, or after ``close()``.
@@ -430,6 +434,17 @@ def ready_batches(stream: HybridStream, max_records: int) -> list[MessageBatch]:
     reader = stream._current("poll_batches()")
     held = stream._held.take(max_records)
     out = as_batches(held) if held else stream._held.filter_batches(reader.poll_batches(0.0, max_records))
+    if out:
+        stream._delivered()
+    return out
+
+
+def ready_columns(stream: HybridStream, max_records: int, headers: bool) -> list[Any]:
+    """Columns ready now (parts or Arrow batches), without waiting or switching (``poll_columns``)."""
+    reader = stream._current("poll_columns()")
+    if stream._held.buffer:
+        raise TypeError("poll_columns(): a for loop left records behind; take them with poll() first")
+    out = kept_columns(take_columns(reader, 0.0, max_records, headers), stream._held.skip)
     if out:
         stream._delivered()
     return out

@@ -42,6 +42,11 @@ class RecordMaker:
         self._policy = policy
         self._metrics = metrics
 
+    @property
+    def views(self) -> bool:
+        """Whether records are made by C-level calls alone (no deserializer: making one cannot raise)."""
+        return self._deserializer is None
+
     def iterate(
         self, cluster_id: str, messages: Sequence[Any], start: int
     ) -> tuple[Iterator[SourceRecord], Any]:

@@ -37,16 +37,17 @@ LONGER: dict[str, tuple[int, str]] = {
         "lock and counters; split, they would read each other's privates",
     ),
     "runtime/pull/_stream.py": (
-        580,
-        "SourceStream is the pull API in one class, with its exactly-once sink's commit points (they run "
-        "inside poll, iteration, checkpoint and close, on its private state); the functions at its end name "
-        "what the asyncio stream and the hybrid live stage drive of it, so that no other module reads its "
-        "private fields",
+        600,
+        "SourceStream is the pull API in one class (poll, poll_batches, poll_columns, iteration), with its "
+        "exactly-once sink's commit points (they run inside poll, iteration, checkpoint and close, on its "
+        "private state); the functions at its end name what the asyncio stream and the hybrid live stage "
+        "drive of it, so that no other module reads its private fields",
     ),
     "hybrid/_stream.py": (
-        470,
+        480,
         "HybridStream is the hybrid pull API in one class; the functions at its end name what the asyncio "
-        "hybrid stream and run() drive of it, so that no other module reads its private fields",
+        "hybrid stream and run() drive of it (poll_columns' ready_columns among them), so that no other "
+        "module reads its private fields",
     ),
     "enumerator/_multicluster.py": (
         430,

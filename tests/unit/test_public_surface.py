@@ -103,6 +103,7 @@ PINNED: dict[str, list[str]] = {
         "DirectoryCheckpointStorage",
         "ObjectStore",
         "ObjectStoreCheckpointStorage",
+        "column_schema",
     ],
     "multicluster_source.hybrid": [
         "ArchiveError",

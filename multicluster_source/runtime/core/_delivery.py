@@ -38,6 +38,11 @@ from multicluster_source.runtime.core._handoff import Handoff, PositionTracker, 
 class RecordMaker(Protocol):
     """Makes records of one cluster's messages (:class:`~multicluster_source.reader._records.RecordMaker`)."""
 
+    @property
+    def views(self) -> bool:
+        """Whether records are made by C-level calls alone (no deserializer: making one cannot raise)."""
+        ...
+
     def __call__(self, cluster_id: str, messages: Sequence[Any], /) -> list[SourceRecord]:
         """The records of ``messages``, in order."""
         ...
@@ -109,6 +114,12 @@ class Delivery:
         return tracker.advance(positions)
 
     @property
+    def views(self) -> bool:
+        """Whether :meth:`iterate`'s records are made by C-level calls alone (no deserializer)."""
+        views: bool = getattr(self._make_records, "views", False)  # a maker without it: not known
+        return views
+
+    @property
     def holding(self) -> bool:
         """Whether part of a batch is still to be handed out (read from any thread)."""
         taken = self._taken
@@ -165,11 +176,14 @@ class Delivery:
         if taken is not None and self._batch is not None:
             taken.__setstate__(len(self._batch.messages))
 
-    def _next(self, deadline: float, have: bool, stopped: Callable[[], bool]) -> RecordBatch | None:
+    def _next(
+        self, deadline: float, have: bool, stopped: Callable[[], bool], more: bool = False
+    ) -> RecordBatch | None:
         while self._batch is None:
             wait = 0.0 if have else deadline - time.monotonic()
-            # with records in hand, only what is buffered: no fetching inline for more (memory, GC)
-            batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=not have)
+            # with records in hand, only what is buffered: no fetching inline for more (memory, GC), unless
+            # ``more`` (columns: what is in hand is Arrow buffers, nothing for the collector)
+            batch = self._handoff.get(min(wait, 0.1) if wait > 0 else 0.0, fetch=more or not have)
             if batch is not None:
                 if not batch.messages:  # positions alone (an offset reset): nothing to hand out
                     if batch.positions:
@@ -310,3 +324,53 @@ class Delivery:
                     continue
             out.append(MessageBatch(cluster_id, messages if isinstance(messages, list) else list(messages)))
         return out
+
+    def columns(
+        self, timeout: float, max_records: int, stopped: Callable[[], bool], build: ColumnMaker
+    ) -> list[Any]:
+        """Arrow record batches of what is ready (at most ``max_records`` rows in all), one per batch part
+        taken (``build(cluster_id, messages, split)``, see
+        :class:`~multicluster_source.framework._columns.ColumnBuilder`); ``[]`` after ``timeout``.
+
+        Unlike :meth:`records` it goes on fetching inline while it holds rows: each part's messages are
+        dropped once its Arrow batch is made, and Arrow buffers are nothing for the garbage collector to
+        walk (gathering the messages of several parts into one batch kept them alive: half the rate). A part
+        counts as delivered once its batch is made; when ``build`` raises, the part is left as it was.
+        """
+        self.detach()
+        out: list[Any] = []
+        n = 0
+        deadline = time.monotonic() + timeout
+        while n < max_records and self._next(deadline, bool(out), stopped, more=True) is not None:
+            batch, start = self._batch, self._start
+            cluster_id, messages, positions = self._take(max_records - n)
+            try:
+                made = build(cluster_id, messages, _one_split(positions, messages))
+                if self._on_delivered is not None:
+                    self._on_delivered(cluster_id, messages, self._event_times, None)
+            except BaseException:
+                self._batch, self._start = batch, start
+                raise
+            n += len(messages)
+            refused = self._advance(positions, cluster_id, messages)
+            if refused:  # fenced by a replica handover meanwhile: never handed out
+                messages = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
+                if not messages:
+                    continue
+                made = build(cluster_id, messages, None)
+            out.append(made)
+        return out
+
+
+ColumnMaker = Callable[[str, Sequence[Any], "tuple[str, int] | None"], Any]
+"""``(cluster_id, messages, (topic, partition) or None) -> pyarrow.RecordBatch``: see
+:class:`~multicluster_source.framework._columns.ColumnBuilder`."""
+
+
+def _one_split(positions: Mapping[str, int], messages: Sequence[Any]) -> tuple[str, int] | None:
+    """``(topic, partition)`` when every message is of one split: the positions a batch (or a part of one)
+    reaches name every split it has a message of, so one position means one split."""
+    if len(positions) != 1 or not messages:
+        return None
+    first = messages[0]
+    return first.topic(), first.partition()

@@ -33,8 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from multicluster_source.framework._columns import column_builder
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.runtime.pull._stream import (
     SourceStream,
@@ -45,6 +46,9 @@ from multicluster_source.runtime.pull._stream import (
     handoff_of,
     next_ready,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _log = logging.getLogger("multicluster_source")
 
@@ -67,8 +71,8 @@ class AsyncSourceStream:
                 await handle(record)
                 await stream.checkpoint()
 
-    ``poll``, ``poll_batches``, ``checkpoint`` and ``close`` are coroutines; none blocks the event loop. A
-    ``poll`` cancelled while it waits loses no record. Use one stream from one event loop.
+    ``poll``, ``poll_batches``, ``poll_columns``, ``checkpoint`` and ``close`` are coroutines; none blocks
+    the event loop. A ``poll`` cancelled while it waits loses no record. Use one stream from one event loop.
     """
 
     def __init__(
@@ -162,6 +166,16 @@ class AsyncSourceStream:
         ``[]`` after ``timeout`` seconds (see :meth:`SourceStream.poll_batches`). Cancelling it loses no
         message."""
         return await self._take(lambda s: s.poll_batches(timeout=0, max_records=max_records), timeout)
+
+    async def poll_columns(
+        self, timeout: float = 1.0, max_records: int = 100_000, *, headers: bool = False
+    ) -> list[pa.RecordBatch]:
+        """Arrow record batches of what is ready (at most ``max_records`` rows in all), ``[]`` after
+        ``timeout`` seconds (see :meth:`SourceStream.poll_columns`). Cancelling it loses no row."""
+        column_builder(headers)  # pyarrow missing: the error names the extra before anything is awaited
+        return await self._take(
+            lambda s: s.poll_columns(timeout=0, max_records=max_records, headers=headers), timeout
+        )
 
     async def _take(self, take: Callable[[SourceStream], list[T]], timeout: float) -> list[T]:
         stream = self._opened()

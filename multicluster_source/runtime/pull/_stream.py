@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from functools import partial
+from itertools import chain
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +20,7 @@ from multicluster_source.exceptions import (
     StreamClosedError,
 )
 from multicluster_source.framework._checkpoint import Checkpoint, CheckpointStore
+from multicluster_source.framework._columns import column_builder
 from multicluster_source.framework._dirlock import DirectoryLock
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
@@ -50,6 +52,7 @@ from multicluster_source.runtime.pull._status import (
 from multicluster_source.sink._transactions import TransactionAborted, TransactionalSink
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from prometheus_client import CollectorRegistry
 
     from multicluster_source.runtime.core._factory import SourceFactory
@@ -251,6 +254,21 @@ class SourceStream:
             self._raise_if_failed()
         return out
 
+    def poll_columns(
+        self, timeout: float = 1.0, max_records: int = 100_000, *, headers: bool = False
+    ) -> list[pa.RecordBatch]:
+        """Arrow record batches of what is ready (at most ``max_records`` rows), ``[]`` after ``timeout`` s:
+        ``cluster, topic, partition, offset, timestamp, key, value`` (and ``headers``), see
+        :func:`~multicluster_source.column_schema`; no record is made, no deserializer applied. Needs
+        pyarrow (the ``arrow`` extra). May be mixed with :meth:`poll` and the rest; checkpoints cover every
+        row returned. Raises as :meth:`poll` does."""
+        build = column_builder(headers)
+        self._before_poll("poll_columns()")
+        out = self._taking(lambda: self._delivery.columns(timeout, max_records, self._stop_waiting, build))
+        if not out:
+            self._raise_if_failed()
+        return out
+
     def _before_poll(self, what: str | None) -> bool:
         """Raise the source's failure; take a periodic checkpoint when one is due. When closed: raise
         :class:`StreamClosedError` naming ``what`` was called, or return False when ``what`` is None."""
@@ -286,9 +304,9 @@ class SourceStream:
         Raises :class:`StreamClosedError` when the stream is already closed as iteration starts.
         """
         self._before_poll("iterating")
-        return self._iterate()
+        return chain.from_iterable(self._runs())  # no Python frame runs per record
 
-    def _iterate(self) -> Iterator[SourceRecord]:
+    def _runs(self) -> Iterator[Iterator[SourceRecord]]:  # one C-level iterator of records per batch
         while self._before_poll(None):
             delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
             records = self._taking(partial(delivery.iterate, 0.5, self._stop_waiting))
@@ -297,12 +315,16 @@ class SourceStream:
                 if self._closed or self.finished:
                     return
                 continue
-            try:
-                yield from records
-            except DeserializationError as exc:
-                self._fail(exc)
-                raise
-            self._taking(delivery.settle)
+            yield records if delivery.views else self._failing(records)
+            self._taking(delivery.settle)  # the chain came back for more: the batch was taken
+
+    def _failing(self, records: Iterator[SourceRecord]) -> Iterator[SourceRecord]:
+        """``records`` (deserialized ones): a deserializer that raises (policy ``fail``) fails the stream."""
+        try:
+            yield from records
+        except DeserializationError as exc:
+            self._fail(exc)
+            raise
 
     def _next_ready(self) -> SourceRecord | None:  # for `async for` on the asyncio stream
         self._before_poll("iterating")

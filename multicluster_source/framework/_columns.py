@@ -1,0 +1,156 @@
+"""Arrow record batches made of the client's messages: what ``poll_columns()`` hands out, and what the Spark
+source's executors hand to Spark.
+
+A batch has the columns ``cluster, topic, partition, offset, timestamp, key, value`` (and ``headers`` when
+asked for): see :func:`column_schema`. Every column is made by C-level calls over the batch's messages (one
+``list(map(...))`` per field, then ``pyarrow.array``), so no Python object is made per record that outlives
+the call, and the garbage collector has nothing to walk afterwards: the buffers are Arrow's. A batch of one
+split (the usual batch: the client hands over one partition's fetch at a time) gets its ``topic`` and
+``partition`` columns by repeating one value.
+
+pyarrow is an optional dependency (the ``arrow`` extra): :func:`require_pyarrow` raises an ``ImportError``
+naming it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from functools import cache
+from operator import itemgetter
+from typing import Any
+
+from confluent_kafka import Message
+
+__all__ = [
+    "ARROW_EXTRA",
+    "COLUMNS",
+    "ColumnBuilder",
+    "column_builder",
+    "column_schema",
+    "message_columns",
+    "require_pyarrow",
+]
+
+ARROW_EXTRA = "multicluster-kafka-source[arrow]"
+"""What to install for the columnar reads."""
+
+COLUMNS = ("cluster", "topic", "partition", "offset", "timestamp", "key", "value")
+"""The columns of every batch, in order (``headers`` follows when asked for)."""
+
+# the client's own methods, called by map() at C level (typed Any: the stubs' optional results do not matter
+# for messages that are not error events)
+_topic: Any = Message.topic
+_partition: Any = Message.partition
+_offset: Any = Message.offset
+_timestamp: Any = Message.timestamp
+_key: Any = Message.key
+_value: Any = Message.value
+_headers: Any = Message.headers
+_kind = itemgetter(0)
+_ms = itemgetter(1)
+
+
+def require_pyarrow(what: str = "poll_columns()") -> Any:
+    """The ``pyarrow`` module; an ``ImportError`` naming the extra to install when it is missing."""
+    try:
+        import pyarrow
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs pyarrow, which is not installed: pip install '{ARROW_EXTRA}' (or pyarrow>=15)"
+        ) from exc
+    return pyarrow
+
+
+def column_schema(headers: bool = False) -> Any:
+    """The ``pyarrow.Schema`` of the batches: ``cluster`` string, ``topic`` string, ``partition`` int32,
+    ``offset`` int64, ``timestamp`` timestamp[ms, UTC] (null when the record has none), ``key`` binary,
+    ``value`` binary (the value bytes: no deserializer is applied); with ``headers``, also ``headers``
+    list<struct<key: string, value: binary>> (null for a record without headers)."""
+    pa = require_pyarrow("column_schema()")
+    fields = [
+        pa.field("cluster", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+    ]
+    if headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(pa.field("element", header))))
+    return pa.schema(fields)
+
+
+class ColumnBuilder:
+    """Makes Arrow record batches of messages; made once per stream (the schema and types are looked up
+    once, not per batch)."""
+
+    __slots__ = ("_binary", "_header_type", "_int32", "_int64", "_pa", "_schema", "_stamp", "_string")
+
+    def __init__(self, headers: bool = False) -> None:
+        """``headers``: add the ``headers`` column."""
+        pa = self._pa = require_pyarrow()
+        self._schema = column_schema(headers)
+        self._header_type = self._schema.field("headers").type if headers else None
+        self._string, self._int32, self._int64 = pa.string(), pa.int32(), pa.int64()
+        self._binary, self._stamp = pa.binary(), pa.timestamp("ms", tz="UTC")
+
+    def _ints(self, kind: Any, n: int, values: array[int]) -> Any:
+        return _ints_of(self._pa, kind, n, values)
+
+    @property
+    def schema(self) -> Any:
+        """The batches' ``pyarrow.Schema`` (:func:`column_schema`)."""
+        return self._schema
+
+    def __call__(self, cluster_id: str, messages: Sequence[Any], split: tuple[str, int] | None = None) -> Any:
+        """A ``pyarrow.RecordBatch`` of ``messages`` (all of ``cluster_id``; none an error event), in order.
+        ``split``: ``(topic, partition)`` when every message is of that one partition."""
+        pa, n = self._pa, len(messages)
+        if split is not None:
+            topics = pa.repeat(pa.scalar(split[0], self._string), n)
+            partitions = pa.repeat(pa.scalar(split[1], self._int32), n)
+        else:
+            topics = pa.array(list(map(_topic, messages)), self._string)
+            partitions = pa.array(list(map(_partition, messages)), self._int32)
+        stamps = list(map(_timestamp, messages))
+        ms = array("q", list(map(_ms, stamps)))
+        if n and min(ms) < 0 and 0 in map(_kind, stamps):  # TIMESTAMP_NOT_AVAILABLE (-1): null
+            times = pa.array([t if kind else None for kind, t in stamps], self._int64).view(self._stamp)
+        else:
+            times = self._ints(self._stamp, n, ms)
+        keys = list(map(_key, messages))
+        columns = [
+            pa.repeat(pa.scalar(cluster_id, self._string), n),
+            topics,
+            partitions,
+            self._ints(self._int64, n, array("q", list(map(_offset, messages)))),
+            times,
+            pa.nulls(n, self._binary) if keys.count(None) == n else pa.array(keys, self._binary),
+            pa.array(list(map(_value, messages)), self._binary),
+        ]
+        if self._header_type is not None:
+            columns.append(pa.array(list(map(_headers, messages)), self._header_type))
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def _ints_of(pa: Any, kind: Any, n: int, values: array[int]) -> Any:
+    """An Arrow array of ``kind`` (64-bit) over ``values`` without a null: the buffer as it is (a C-level
+    copy of the ints, several times faster than converting a list of Python ints)."""
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(values)])
+
+
+def message_columns(
+    cluster_id: str, messages: Sequence[Any], *, headers: bool = False, split: tuple[str, int] | None = None
+) -> Any:
+    """A ``pyarrow.RecordBatch`` of ``messages`` (see :class:`ColumnBuilder`; one call, one builder)."""
+    return ColumnBuilder(headers)(cluster_id, messages, split)
+
+
+@cache
+def column_builder(headers: bool = False) -> ColumnBuilder:
+    """The one :class:`ColumnBuilder` of the process with or without ``headers`` (it holds no state but
+    the schema); an ``ImportError`` naming the extra when pyarrow is missing."""
+    return ColumnBuilder(headers)

@@ -1,0 +1,142 @@
+"""Arrow record batches of the client's messages (``poll_columns``): the columns, and exactly what counts as
+delivered (no brokers: a hand-off filled by hand)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+
+from multicluster_source.framework import column_schema
+from multicluster_source.framework._columns import ARROW_EXTRA, COLUMNS, ColumnBuilder, column_builder
+from multicluster_source.framework._interfaces import RecordBatch
+from multicluster_source.framework._records import records_of
+from multicluster_source.reader._records import RecordMaker
+from multicluster_source.runtime.core._delivery import Delivery, part_positions
+from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
+
+pa = pytest.importorskip("pyarrow")
+
+
+def _msg(
+    partition: int,
+    offset: int,
+    *,
+    topic: str = "t",
+    key: bytes | None = b"k",
+    stamp: tuple[int, int] = (1, 5),
+) -> Any:
+    headers: Any = [("h", b"1"), ("g", None)] if offset % 2 else None
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=f"{partition}@{offset}".encode(),
+        headers=headers,
+        timestamp=stamp,
+    )
+
+
+def _rows(batches: list[Any]) -> list[tuple[str, str, int, int]]:
+    return [(r["cluster"], r["topic"], r["partition"], r["offset"]) for b in batches for r in b.to_pylist()]
+
+
+def test_a_batch_holds_every_field_a_record_of_the_same_message_reads() -> None:
+    messages = [_msg(0, 7), _msg(3, 8, topic="u", key=None), _msg(0, 9, stamp=(0, -1))]
+    batch = ColumnBuilder(headers=True)("east", messages)
+    assert batch.schema == column_schema(headers=True)
+    assert batch.schema.names == [*COLUMNS, "headers"]
+    for row, record in zip(batch.to_pylist(), records_of("east", messages), strict=True):
+        stamp = None if row["timestamp"] is None else int(row["timestamp"].timestamp() * 1000)
+        headers = None if row["headers"] is None else [(h["key"], h["value"]) for h in row["headers"]]
+        assert (row["cluster"], row["topic"], row["partition"], row["offset"]) == (
+            record.cluster_id,
+            record.topic,
+            record.partition,
+            record.offset,
+        )
+        assert (stamp, row["key"], row["value"], headers) == (
+            record.timestamp,
+            record.key,
+            record.value,
+            record.headers,
+        )
+    assert batch.column("timestamp")[0].as_py() == datetime.fromtimestamp(0.005, UTC)
+
+
+def test_a_one_split_batch_repeats_its_topic_and_partition_and_keys_may_all_be_null() -> None:
+    messages = [_msg(2, o, key=None) for o in range(5)]
+    batch = column_builder()("west", messages, ("t", 2))
+    assert batch.schema == column_schema()
+    assert _rows([batch]) == [("west", "t", 2, o) for o in range(5)]
+    assert batch.column("key").null_count == 5
+    assert ColumnBuilder()("west", []).num_rows == 0
+
+
+def test_without_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=ARROW_EXTRA.replace("[", r"\[").replace("]", r"\]")):
+        ColumnBuilder()
+
+
+def _delivery(batches: list[RecordBatch], tracker: PositionTracker | None = None) -> tuple[Delivery, Any]:
+    handoff = Handoff(len(batches) + 1)
+    for b in batches:
+        assert handoff.put(b, lambda: False)
+    delivered: dict[str, int] = {}
+    target = tracker if tracker is not None else delivered.update
+    return Delivery(handoff, RecordMaker(None), target), (tracker.snapshot if tracker else lambda: delivered)
+
+
+def _batch(cluster: str, part_offsets: list[tuple[int, int]]) -> RecordBatch:
+    messages = [_msg(p, o) for p, o in part_offsets]
+    return RecordBatch(cluster, messages, part_positions(cluster, messages))
+
+
+def _columns(delivery: Delivery, max_records: int = 100_000) -> list[Any]:
+    return delivery.columns(0.0, max_records, lambda: False, column_builder())
+
+
+def test_columns_deliver_exactly_the_rows_returned_and_the_rest_comes_next() -> None:
+    delivery, delivered = _delivery([_batch("east", [(0, 10), (0, 11), (1, 5), (1, 6), (1, 7)])])
+    first = _columns(delivery, 3)
+    assert _rows(first) == [("east", "t", 0, 10), ("east", "t", 0, 11), ("east", "t", 1, 5)]
+    assert delivered() == {"east/t/0": 12, "east/t/1": 6} and delivery.holding
+    rest = delivery.records(0.0, 100, lambda: False)  # mixed with poll: it goes on after the last row
+    assert [(r.partition, r.offset) for r in rest] == [(1, 6), (1, 7)]
+    assert delivered() == {"east/t/0": 12, "east/t/1": 8}
+
+
+def test_a_call_takes_batch_after_batch_each_made_at_once() -> None:
+    batches = [_batch("east", [(0, 1), (0, 2)]), _batch("east", [(0, 3)]), _batch("west", [(1, 1)])]
+    delivery, delivered = _delivery(batches)
+    out = _columns(delivery)
+    assert [b.num_rows for b in out] == [2, 1, 1]
+    assert _rows(out) == [("east", "t", 0, 1), ("east", "t", 0, 2), ("east", "t", 0, 3), ("west", "t", 1, 1)]
+    assert delivered() == {"east/t/0": 4, "west/t/1": 2}
+    assert _columns(delivery) == []
+
+
+def test_fenced_splits_rows_are_never_returned_nor_counted() -> None:
+    tracker = PositionTracker()
+    delivery, delivered = _delivery([_batch("east", [(0, 1), (1, 1), (0, 2)])], tracker)
+    tracker.fence(["east/t/1"])
+    assert _rows(_columns(delivery)) == [("east", "t", 0, 1), ("east", "t", 0, 2)]
+    assert delivered() == {"east/t/0": 3}
+
+
+def test_a_batch_that_cannot_be_made_is_not_counted_as_delivered() -> None:
+    delivery, delivered = _delivery([_batch("east", [(0, 1)])])
+
+    def broken(*_args: Any) -> Any:
+        raise MemoryError("no memory")
+
+    with pytest.raises(MemoryError):
+        delivery.columns(0.0, 10, lambda: False, broken)
+    assert delivered() == {} and delivery.holding
+    assert _rows(_columns(delivery)) == [("east", "t", 0, 1)]
+    assert delivered() == {"east/t/0": 2}
