@@ -16,7 +16,7 @@ of ``--repeats``), and how long after a result was produced a ``read_committed``
 p99, from the results' own timestamps; a reader runs in the background of every run). Prints one table and
 writes ``benchmarks/results/exactly-once.json`` (``--no-save``: not).
 
-    python benchmarks/bench_exactly_once.py [--records 100000] [--repeats 3]
+    python benchmarks/bench_exactly_once.py [--records 300000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ class VisibilityProbe:
     """A ``read_committed`` consumer of the output on its own thread: how long after each result's
     timestamp (set when it was produced) it became readable, and how many results it saw."""
 
-    def __init__(self, bootstrap: str, topic: str, expected: int) -> None:
-        from confluent_kafka import Consumer
+    def __init__(self, bootstrap: str, topic: str, expected: int, partitions: int = 4) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         self._consumer = Consumer(
             {
@@ -71,7 +71,8 @@ class VisibilityProbe:
                 "enable.auto.commit": "false",
             }
         )
-        self._consumer.subscribe([topic])
+        # assigned, not subscribed: a group join would add seconds to the first results' visibility
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self.expected = expected
         self.lags_ms: list[float] = []
         self.seen = 0
@@ -261,7 +262,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Exactly-once sink against at-least-once and raw EOS.")
-    parser.add_argument("--records", type=int, default=100_000, help="records per source cluster")
+    parser.add_argument("--records", type=int, default=300_000, help="records per source cluster")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each job at each interval (median)")
     parser.add_argument("--intervals", type=float, nargs="*", default=list(INTERVALS))
     parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")

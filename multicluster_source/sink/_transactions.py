@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from multicluster_source.exceptions import ProducerFencedError, SourceFailedError
 from multicluster_source.sink._positions import (
     StoredPosition,
@@ -86,6 +88,7 @@ class TransactionalSink:
         self.metrics: Any = metrics
         """A :class:`~multicluster_source.ops._metrics.SourceMetrics` counting transactions (the stream's)."""
         self._producer: Any = None
+        self._send: Any = None  # the producer's bound produce method (the usual call's one lookup)
         self._in_transaction = False
         self._produced = 0  # records produced into the open transaction
         self._since_serve = 0
@@ -105,7 +108,7 @@ class TransactionalSink:
     def open(self, checkpoint_interval: float | None) -> None:
         """Check the interval against ``transaction.timeout.ms``, make the positions topic when missing,
         fence earlier instances (``init_transactions``) and read the positions back."""
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
         sink = self.sink
@@ -127,6 +130,7 @@ class TransactionalSink:
                 "error_cb": self._on_error,
             }
         )
+        self._send = self._producer.produce
         started = time.monotonic()
         try:
             self._producer.init_transactions(_OPEN_TIMEOUT_S)
@@ -199,8 +203,22 @@ class TransactionalSink:
         headers: Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None = None,
     ) -> None:
         """Produce one record into the open transaction (begun first when none is open)."""
-        from confluent_kafka import KafkaException
+        if self._in_transaction and self._fatal is None and partition is None and headers is None:
+            try:  # the usual call: one C call and two counters
+                self._send(topic, value, key)
+            except (BufferError, KafkaException):
+                self._produce_slowly(topic, value, key, partition, headers)
+                return
+        else:
+            self._produce_slowly(topic, value, key, partition, headers)
+            return
+        self._produced += 1
+        self._since_serve += 1
+        if self._since_serve >= _SERVE_EVERY:
+            self._serve()
 
+    def _produce_slowly(self, topic: str, value: Any, key: Any, partition: int | None, headers: Any) -> None:
+        """:meth:`produce` when a transaction must begin, the producer's queue is full, or an error came."""
         if self._fatal is not None:
             raise self._fatal_error(self._fatal)
         producer = self._producer
@@ -244,8 +262,6 @@ class TransactionalSink:
         rewinds), :class:`ProducerFencedError` when fenced, :class:`SourceFailedError` on another fatal
         error or after :data:`MAX_ABORTS_IN_A_ROW` aborts.
         """
-        from confluent_kafka import KafkaException
-
         self.raise_if_fenced()
         changed = self.pending(positions)
         if not changed and not self._produced:
@@ -293,8 +309,6 @@ class TransactionalSink:
     def _commit_transaction(self) -> None:
         """``commit_transaction``, retried while the error is retriable (a timeout may be retried) for as
         long as the transaction may live."""
-        from confluent_kafka import KafkaException
-
         deadline = time.monotonic() + self.sink.transaction_timeout_ms() / 1000.0
         _step("committing")
         while True:
@@ -331,8 +345,6 @@ class TransactionalSink:
 
     def abort(self) -> None:
         """Abort the open transaction, if any (what it held is never visible to ``read_committed``)."""
-        from confluent_kafka import KafkaException
-
         if not self._in_transaction or self._producer is None:
             return
         self._in_transaction = False

@@ -454,8 +454,8 @@ class SourceStream:
         sink = self._sink
         if sink is None:
             raise ConfigurationError(f"source {self._name}: produce() needs a stream opened with sink=...")
-        self._raise_if_failed()
-        if self._closed:
+        if self._error is not None or self._closed:
+            self._raise_if_failed()
             raise StreamClosedError(f"source {self._name}: produce() on a closed stream")
         try:
             sink.produce(topic, value, key, partition, headers)

@@ -130,8 +130,8 @@ class FakeProducer:
     def begin_transaction(self) -> None:
         self.calls.append(("begin", None))
 
-    def produce(self, topic: str, **kwargs: Any) -> None:
-        self.calls.append(("produce", (topic, kwargs.get("key"), kwargs.get("value"))))
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> None:
+        self.calls.append(("produce", (topic, key, value)))
 
     def commit_transaction(self, timeout: float) -> None:
         error, self.fail_commit = self.fail_commit, None
@@ -152,6 +152,7 @@ class FakeProducer:
 def running(producer: FakeProducer, committed: dict[str, int] | None = None) -> TransactionalSink:
     session = TransactionalSink(sink(), "src")
     session._producer = producer  # what open() would have made
+    session._send = producer.produce
     session.committed = dict(committed or {})
     return session
 
