@@ -9,7 +9,8 @@ the stream switched from the origin to the copy mid-stream by a metadata file ch
   handover): the restart translates the same positions; nothing lost, nothing repeated.
 - the same two switchovers on ``run()``, on every runtime (threads, processes, Ray), with a slow handler so
   that batches of the origin wait in the workers when the switch comes, asserting the same bounds as
-  ``poll``; ``run()`` does not hold them yet (strict xfails that name why: #37 item 2 is open there).
+  ``poll`` (the driver fences at the worker that reads the split and translates the position and last
+  timestamp that worker's handler was handed, not its own lagging copy).
 """
 
 from __future__ import annotations
@@ -259,12 +260,6 @@ def _last_from_origin(rows: list[Row], east: Cluster) -> dict[int, str]:
     return {p: f"{p}-{offset}" for p, offset in last.items()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#37 item 2, open: run() translates the driver's position of the origin split, which lags what the "
-    "handlers returned from by the Delivered reports still on their way (2-3 batches of 20 seen here, on "
-    "threads, processes and Ray); those records repeat, where poll() repeats none",
-)
 def test_identical_switchover_on_run_loses_and_repeats_nothing(
     kafka_clusters: Any, runtime: Runtime, tmp_path: Path
 ) -> None:
@@ -283,12 +278,6 @@ def test_identical_switchover_on_run_loses_and_repeats_nothing(
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#37 item 2, open: run()'s workers report positions, not the timestamp of the last record handled, "
-    "so the replica split starts from its beginning and every origin record handled so far repeats (seen on "
-    "threads, processes and Ray), where poll() repeats the last millisecond only",
-)
 def test_timestamp_switchover_on_run_repeats_only_the_last_millisecond(
     kafka_clusters: Any, runtime: Runtime, tmp_path: Path
 ) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -88,6 +88,17 @@ class PositionTracker:
                 self._guarded = self._guarded - self._fenced
             return {s: (self._positions[s], self._times.get(s)) for s in split_ids if s in self._positions}
 
+    def settle(self, fenced: Mapping[str, tuple[int, int | None]]) -> None:
+        """Take the positions (and last timestamps, where not None) that a fence of the same splits found
+        where their records were handed out: a push worker's own tracker, exact where this one (the driver's,
+        fed by reports) lags behind the reports still on their way. Only splits still fenced change."""
+        with self._lock:
+            for s, (position, ts) in fenced.items():
+                if s in self._fenced:
+                    self._positions[s] = self._changes[s] = position
+                    if ts is not None:
+                        self._times[s] = ts
+
     @property
     def fenced(self) -> frozenset[str]:
         """The fenced splits now (read without the lock: the set is replaced, never changed)."""
@@ -119,6 +130,12 @@ class PositionTracker:
         """Split id -> timestamp of the last delivered record, for the watched splits that have one."""
         with self._lock:
             return dict(self._times)
+
+    def times_of(self, split_ids: Iterable[str]) -> dict[str, int]:
+        """Split id -> timestamp of the last delivered record, for those of ``split_ids`` that have one."""
+        with self._lock:
+            times = self._times
+            return {s: times[s] for s in split_ids if s in times}
 
     def watch(self, split_ids: Sequence[str]) -> None:
         """Keep the last delivered timestamp of exactly ``split_ids`` from now on."""

@@ -76,6 +76,16 @@ class FenceSplits:
     (:class:`~multicluster_source.runtime.core._handoff.PositionTracker`)."""
 
     split_ids: tuple[str, ...]
+    request: int = 0
+    """Not 0: the driver waits for this worker's :class:`Fenced` of that number (it reads the splits now)."""
+
+
+@dataclass(frozen=True)
+class WatchSplits:
+    """Keep the timestamp of the last record handed to the handler of exactly these splits (those a replica
+    copies: a ``timestamp`` handover translates it); reported in ``Delivered`` and ``Fenced``."""
+
+    split_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,20 @@ class Delivered:
     records: int
     event_times: dict[str, tuple[int, int]] | None = None
     """split -> (smallest, largest) event time of the batch, with a watermark strategy."""
+    last_times: dict[str, int] | None = None
+    """Watched split (:class:`WatchSplits`) -> timestamp of the last record of it handed to the handler."""
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """The answer to a ``FenceSplits`` with a ``request``: the worker fenced the splits (no record of them
+    reaches the handler from then on, none of a batch fetched before either), and this is, under the same
+    lock, how far it handed each out (the next offset), and the last handed-out record's timestamp of the
+    watched ones. Splits it never handed out a record of are absent."""
+
+    request: int
+    positions: dict[str, int]
+    last_times: dict[str, int]
 
 
 @dataclass(frozen=True)

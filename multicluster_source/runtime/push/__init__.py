@@ -9,7 +9,7 @@ Public here (``__all__``): :class:`RunControl` (also importable from :mod:`multi
 - ``_driver``: the driver loop in the calling process: the enumerator on a coordinator thread,
   checkpoints, failover and shutdown.
 - ``_coordinator``: the driver's coordinator (``LinkedCoordinator``): assignments, events and fences
-  become messages to the workers.
+  become messages to the workers; a fence takes each split's position from the worker that reads it.
 - ``_host``: the worker side: one reader and the handler thread, in a thread, process or actor; the handler
   thread takes batches through the same delivery as the pull stream
   (:mod:`multicluster_source.runtime.core`'s ``_delivery``).

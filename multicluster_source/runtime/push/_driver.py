@@ -19,6 +19,7 @@ from multicluster_source.runtime.core._handoff import PositionTracker
 from multicluster_source.runtime.core._messages import (
     Delivered,
     EventToEnumerator,
+    Fenced,
     Heartbeat,
     LinkLost,
     StartReader,
@@ -107,6 +108,14 @@ class Driver:
     # --------------------------------------------------------------------------------------- plumbing
 
     def _deliver(self, index: int, message: object) -> None:
+        """A worker's message, on the transport's thread: a fence's answer goes to the coordinator thread,
+        which waits for it (and may be waited for by this loop), the rest to the loop, in order."""
+        coordinator = self._coordinator
+        if coordinator is not None and isinstance(message, (Fenced, LinkLost, WorkerStopped)):
+            if isinstance(message, Fenced):
+                coordinator.fenced_reply(index, message)
+                return
+            coordinator.worker_gone(index)  # no fence waits for it
         self._inbound.put((index, message))
 
     def _send(self, index: int, message: object) -> None:
@@ -270,7 +279,7 @@ class Driver:
     def _on_message(self, index: int, message: object) -> None:
         self._last_seen[index] = self._clock.monotonic()
         if isinstance(message, Delivered):
-            self._tracker.advance(message.positions)
+            self._tracker.advance(message.positions, message.last_times)
             if message.event_times and self._watermarks is not None:
                 self._watermarks.delivered(message.event_times)
             if message.records:
@@ -340,6 +349,7 @@ class Driver:
             failure = SourceFailedError(f"source {self._name}: every reader failed; the last: {error}")
             failure.__cause__ = error
             self._fail(failure)
+        self._coordinator.worker_gone(index)
         self._coordinator.reader_lost(index)
         self._send(index, StopWorker())
 

@@ -26,6 +26,7 @@ from multicluster_source.runtime.core._messages import (
     Delivered,
     EventToEnumerator,
     EventToReader,
+    Fenced,
     FenceSplits,
     Handler,
     Heartbeat,
@@ -34,6 +35,7 @@ from multicluster_source.runtime.core._messages import (
     StartReader,
     StopWorker,
     TopicRead,
+    WatchSplits,
     WatermarkAdvanced,
     WorkerFailure,
     WorkerReady,
@@ -136,7 +138,7 @@ class WorkerHost:
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._handoff = _CountingHandoff(buffer_max_batches)
         self._tracker = PositionTracker()
-        """What this worker's handler was handed, per split (fenced by the driver's ``FenceSplits``)."""
+        """What its handler was handed, per split (``FenceSplits`` fences, ``WatchSplits`` watches)."""
         self._chunk_times: dict[str, tuple[int, int]] | None = None  # event times of what it is handed now
         self._lock = threading.Lock()
         self._emitted = 0
@@ -150,6 +152,7 @@ class WorkerHost:
         self._unsent_positions: dict[str, int] = {}
         self._unsent_records = 0
         self._unsent_times: dict[str, tuple[int, int]] | None = None
+        self._unsent_last: dict[str, int] = {}  # last handed-out timestamps of watched splits
         self._last_delivered = 0.0
         self._clock = clock()  # heartbeats' and the Delivered interval's
         self._topics_seen: set[tuple[str, str]] = set()
@@ -202,7 +205,10 @@ class WorkerHost:
                     self._watermark = message.ms
                     continue
                 if isinstance(message, FenceSplits):  # at once, whether the reader runs yet or not
-                    self._tracker.fence(message.split_ids)
+                    self._fence(message)
+                    continue
+                if isinstance(message, WatchSplits):
+                    self._tracker.watch(message.split_ids)
                     continue
                 if isinstance(message, StartReader):
                     if reader is None:
@@ -248,6 +254,13 @@ class WorkerHost:
                 self._flush_delivered_locked()  # what was handled before the stop counts
             self._send(WorkerStopped(self._records))
 
+    def _fence(self, message: FenceSplits) -> None:
+        """Fence at the tracker (the handler thread's lock); when the driver waits, answer what was handed."""
+        fenced = self._tracker.fence(message.split_ids)
+        if message.request:
+            times = {sid: ts for sid, (_pos, ts) in fenced.items() if ts is not None}
+            self._send(Fenced(message.request, {sid: pos for sid, (pos, _ts) in fenced.items()}, times))
+
     def _dispatch(self, reader: SourceReader, message: object) -> None:
         if isinstance(message, AssignSplits):
             # a split fenced before and assigned here again: handed out anew, without what this worker's
@@ -273,6 +286,8 @@ class WorkerHost:
     def _unsent_locked(self, positions: Mapping[str, int], records: int, times: EventTimes | None) -> None:
         """Add a handled batch to what the next Delivered reports; send it when it is due."""
         self._unsent_positions.update(positions)
+        if self._tracker.watched and not self._tracker.watched.isdisjoint(positions):
+            self._unsent_last.update(self._tracker.times_of(positions))
         self._unsent_records += records
         if times:
             self._unsent_times = _widened(self._unsent_times, times)
@@ -281,8 +296,10 @@ class WorkerHost:
 
     def _flush_delivered_locked(self) -> None:
         if self._unsent_positions or self._unsent_records:
-            self._send(Delivered(self._unsent_positions, self._unsent_records, self._unsent_times))
+            last = self._unsent_last or None
+            self._send(Delivered(self._unsent_positions, self._unsent_records, self._unsent_times, last))
             self._unsent_positions, self._unsent_records, self._unsent_times = {}, 0, None
+            self._unsent_last = {}
         self._last_delivered = self._clock.monotonic()
 
     def _release_deferred_locked(self) -> bool:
