@@ -26,7 +26,6 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -55,47 +54,69 @@ def _fill(cluster: Cluster, topic: str, n: int) -> None:
     producer.flush(120)
 
 
+def _probe_main(bootstrap: str, topic: str, expected: int, partitions: int, out: Any, ready: Any) -> None:
+    """The probe process: a ``read_committed`` consumer of ``topic`` until ``expected`` results were seen;
+    puts ``(seen, lags_ms)`` on ``out``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": "false",
+        }
+    )
+    # assigned, not subscribed: a group join would add seconds to the first results' visibility
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    consumer.list_topics(topic, timeout=10)
+    ready.set()
+    seen, lags = 0, []
+    deadline = time.monotonic() + 600
+    while seen < expected and time.monotonic() < deadline:
+        for msg in consumer.consume(10_000, timeout=0.1):
+            if msg.error() is not None:
+                continue
+            now_ms = time.time() * 1000
+            seen += 1
+            if seen % 50 == 0:
+                lags.append(now_ms - msg.timestamp()[1])
+    consumer.close()
+    out.put((seen, lags))
+
+
 class VisibilityProbe:
-    """A ``read_committed`` consumer of the output on its own thread: how long after each result's
-    timestamp (set when it was produced) it became readable, and how many results it saw."""
+    """A ``read_committed`` consumer of the output in a process of its own (so that it takes no time from
+    the job it measures): how long after each result's timestamp (set when it was produced) it became
+    readable, sampled, and how many results it saw."""
 
     def __init__(self, bootstrap: str, topic: str, expected: int, partitions: int = 4) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        import multiprocessing
 
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"probe-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": "false",
-            }
+        ctx = multiprocessing.get_context("spawn")
+        self._out: Any = ctx.Queue()
+        ready = ctx.Event()
+        self._proc = ctx.Process(
+            target=_probe_main,
+            args=(bootstrap, topic, expected, partitions, self._out, ready),
+            name="bench-visibility-probe",
+            daemon=True,
         )
-        # assigned, not subscribed: a group join would add seconds to the first results' visibility
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        self.expected = expected
+        self._proc.start()
+        ready.wait(60)
         self.lags_ms: list[float] = []
         self.seen = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-visibility-probe", daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set() and self.seen < self.expected:
-            for msg in self._consumer.consume(10_000, timeout=0.1):
-                if msg.error() is not None:
-                    continue
-                now_ms = time.time() * 1000
-                self.seen += 1
-                if self.seen % 50 == 0:  # a sample: the thread must not slow the job it measures
-                    self.lags_ms.append(now_ms - msg.timestamp()[1])
+    def finish(self, timeout: float = 120.0) -> None:
+        """Wait until every result was seen (or ``timeout``)."""
+        import contextlib
+        import queue
 
-    def finish(self, timeout: float = 60.0) -> None:
-        """Wait until every result was seen (or ``timeout``), then close the consumer."""
-        self._thread.join(timeout)
-        self._stop.set()
-        self._thread.join(5)
-        self._consumer.close()
+        with contextlib.suppress(queue.Empty):
+            self.seen, self.lags_ms = self._out.get(timeout=timeout)
+        self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
 
 
 def _source(east: Cluster, west: Cluster, te: str, tw: str) -> Any:
