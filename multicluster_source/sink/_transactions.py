@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from multicluster_source.exceptions import ProducerFencedError, SourceFailedError
 from multicluster_source.sink._positions import (
@@ -66,9 +66,11 @@ def _step(name: str) -> None:
         hook(name)
 
 
-def _fenced_codes() -> frozenset[int]:
-    from confluent_kafka import KafkaError
+def _in_error_state(err: Any) -> bool:
+    return bool(err.code() == KafkaError._STATE)
 
+
+def _fenced_codes() -> frozenset[int]:
     return frozenset(
         {
             KafkaError._FENCED,
@@ -100,6 +102,9 @@ class TransactionalSink:
         self._committed_ids: dict[str, str | None] = {}  # split id -> Kafka cluster id written with it
         self.stored: dict[str, StoredPosition] = {}
         """What the positions topic held at open."""
+        self.doomed: str | None = None
+        """Why the open transaction can only abort (None: it may commit); the stream rewinds at its next
+        commit point, as soon as it sees this set."""
         self.transactions = {"committed": 0, "aborted": 0}
         self.last_commit: dict[str, Any] | None = None
 
@@ -240,6 +245,12 @@ class TransactionalSink:
             if err is not None and (err.fatal() or err.code() in _fenced_codes()):
                 self._fatal = self._fatal or err
                 raise self._fatal_error(err) from exc
+            doomed = err is not None and (err.txn_requires_abort() or _in_error_state(err))
+            if doomed and self._in_transaction:
+                # the transaction already failed (a result the sink refused): what is produced now would be
+                # aborted with it; the next commit point aborts it and rewinds, and this result comes again
+                self.doomed = self.doomed or (err.str() if err is not None else "failed")
+                return
             raise
         self._produced += 1
         self._since_serve += 1
@@ -263,6 +274,8 @@ class TransactionalSink:
         error or after :data:`MAX_ABORTS_IN_A_ROW` aborts.
         """
         self.raise_if_fenced()
+        if self.doomed is not None:
+            self._failed(KafkaException(KafkaError(KafkaError._STATE, self.doomed)))  # aborts, raises
         changed = self.pending(positions)
         if not changed and not self._produced:
             return False
@@ -345,6 +358,7 @@ class TransactionalSink:
 
     def abort(self) -> None:
         """Abort the open transaction, if any (what it held is never visible to ``read_committed``)."""
+        self.doomed = None
         if not self._in_transaction or self._producer is None:
             return
         self._in_transaction = False

@@ -466,3 +466,70 @@ def test_unreachable_origin_fails_over_by_itself_without_loss(
         from_origin = [r.offset for r in got if r.cluster_id == origin.cluster_id and r.partition == p]
         assert h["from_offset"] == h["to_offset"] == max(from_origin, default=-1) + 1
     assert min(h["from_offset"] for h in handovers) < 300, "failed over mid-stream"
+
+
+# ------------------------------------------------------------------------------- exactly-once sink
+
+
+def _sink_job(source: MultiClusterKafkaSource, sink: Any, out: str, stop_after: int | None) -> int:
+    """Poll and write ``out:<value>`` through the sink until ``stop_after`` records (or 3 s without any)."""
+    handled = 0
+    with source.open(sink=sink, checkpoint_interval=0.2) as stream:
+        last = time.monotonic()
+        while time.monotonic() - last < 3.0 and (stop_after is None or handled < stop_after):
+            for record in stream.poll(timeout=0.2, max_records=7):
+                stream.produce(out, value=b"out:" + (record.value or b""))
+                handled += 1
+                last = time.monotonic()
+    return handled
+
+
+@pytest.mark.parametrize("when", ["while-reading", "while-down"])
+def test_a_replica_handover_under_an_exactly_once_sink_writes_each_result_once(
+    kafka_clusters: Any, tmp_path: Path, when: str
+) -> None:
+    """An identical copy takes over from its origin, during a run or while the job is down (no checkpoint
+    directory: the handover starts from the position the positions topic holds for the origin split): a
+    read_committed reader of the output sees each record's result once."""
+    from harness.eos import read_output
+    from multicluster_source import ExactlyOnceKafkaSink
+
+    east, west, central = kafka_clusters(3)
+    topic, copy = _topics(east, west, 2)
+    _copy(east, west, topic, copy, 2, 0, 300)
+    path = write_metadata_file(
+        tmp_path / "streams.yaml", _streams(east, west, topic, copy, "identical", origin=True)
+    )
+    source = _source(path)
+    out = central.create_topic("replica-eos-out", partitions=1)
+    name = f"replica-eos-{uuid.uuid4().hex[:6]}"
+    sink = ExactlyOnceKafkaSink(
+        {"bootstrap.servers": central.bootstrap_servers}, transactional_id=name, positions_topic=f"{name}.pos"
+    )
+    if when == "while-reading":
+        with source.open(sink=sink, checkpoint_interval=0.2) as stream:
+            handled = 0
+            while handled < 200:
+                for record in stream.poll(timeout=0.2, max_records=7):
+                    stream.produce(out, value=b"out:" + (record.value or b""))
+                    handled += 1
+            write_metadata_file(path, _streams(east, west, topic, copy, "identical", origin=False))
+            last = time.monotonic()
+            while time.monotonic() - last < 3.0:
+                for record in stream.poll(timeout=0.2, max_records=7):
+                    stream.produce(out, value=b"out:" + (record.value or b""))
+                    last = time.monotonic()
+            handovers = stream.status()["handovers"]
+    else:
+        assert _sink_job(source, sink, out, 200) == 200
+        write_metadata_file(path, _streams(east, west, topic, copy, "identical", origin=False))
+        with source.open(sink=sink, checkpoint_interval=0.2) as stream:
+            last = time.monotonic()
+            while time.monotonic() - last < 3.0:
+                for record in stream.poll(timeout=0.2, max_records=7):
+                    stream.produce(out, value=b"out:" + (record.value or b""))
+                    last = time.monotonic()
+            handovers = stream.status()["handovers"]
+    assert {h["mode"] for h in handovers} == {"identical"} and len(handovers) == 2, handovers
+    results = Counter(v.decode() for v in read_output(central, out))
+    assert results == Counter(f"out:{p}-{i}" for p in range(2) for i in range(300))

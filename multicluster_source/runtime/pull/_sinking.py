@@ -4,8 +4,7 @@ The stream commits on the caller's thread (inside ``poll``, iteration, ``checkpo
 these functions give it the positions to commit and the checkpoint to start from:
 
 * :func:`sink_restored`: at open, the positions the sink read from its positions topic win over those of
-  ``checkpoint_dir`` (the splits the checkpoint holds start there; the others through the starting offsets
-  the source was opened with, see ``MultiClusterKafkaSource.open``).
+  ``checkpoint_dir``; without a checkpoint they are the state the stream starts from.
 * :func:`stream_positions`: every split the enumerator holds, assigned or retained after removal, at the
   position the caller reached, or, never read, at the offset it starts from ("read or not").
 * :func:`rewound`: the checkpoint a stream restarts its readers from after an aborted transaction: the
@@ -23,6 +22,7 @@ from typing import Any
 from multicluster_source.enumerator._state import EnumeratorState
 from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._checkpoint import Checkpoint
+from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime.core._handoff import PositionTracker
 from multicluster_source.sink._transactions import TransactionAborted, TransactionalSink
 
@@ -32,18 +32,43 @@ __all__ = [
     "rewound",
     "sink_restored",
     "sink_status",
+    "state_of_positions",
     "stream_positions",
 ]
 
 _log = logging.getLogger("multicluster_source.sink")
 
 
-def sink_restored(restored: Checkpoint | None, sink: TransactionalSink) -> Checkpoint | None:
-    """``restored`` with the sink's committed positions in place of its own (None stays None: the source's
-    starting offsets then start the splits the sink holds at their positions)."""
-    if restored is None:
+def sink_restored(
+    restored: Checkpoint | None, sink: TransactionalSink, name: str, bounded: bool
+) -> Checkpoint | None:
+    """``restored`` with the sink's committed positions in place of its own. Without a checkpoint (no
+    ``checkpoint_dir``, or a first run with one), an unbounded stream starts from a state made of the sink's
+    positions alone (:func:`state_of_positions`), so that what a checkpoint's state does at a restart, the
+    positions topic does too: a split whose topic or cluster left the metadata is retired (and handed over
+    to its replica, section 9), the others start at their positions. A bounded stream, whose splits need
+    stopping offsets the positions do not hold, starts them through its starting offsets instead."""
+    if restored is not None:
+        return dataclasses.replace(restored, positions={**restored.positions, **sink.committed})
+    if bounded or not sink.committed:
         return None
-    return dataclasses.replace(restored, positions={**restored.positions, **sink.committed})
+    state = state_of_positions(sink.committed)
+    return Checkpoint(0, name, state.to_dict(), dict(sink.committed), Path(f"({sink.sink.positions_topic})"))
+
+
+def state_of_positions(positions: Mapping[str, int]) -> EnumeratorState:
+    """An enumerator state whose splits are those of ``positions``, each starting at its position; every
+    topic named is seen (a partition found later starts at the earliest offset, as after a checkpoint)."""
+    splits = []
+    seen: dict[str, set[str]] = {}
+    for sid, offset in positions.items():
+        cluster, topic, partition = sid.rsplit("/", 2)
+        splits.append(KafkaPartitionSplit(cluster, topic, int(partition), offset))
+        seen.setdefault(cluster, set()).add(topic)
+    return EnumeratorState(
+        splits=tuple(sorted(splits, key=lambda s: s.split_id)),
+        seen_topics={c: frozenset(t) for c, t in seen.items()},
+    )
 
 
 def enumerator_state(coordinator: Any, enumerator: Any) -> EnumeratorState:

@@ -116,7 +116,7 @@ class SourceStream:
         self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
         self._sink = sink
         if sink is not None:  # the positions committed with the results win over the checkpoint's
-            restored = sink_restored(restored, sink)
+            restored = sink_restored(restored, sink, self._name, source.bounded)
             sink.metrics = self._metrics
         try:
             self._topics.start()
@@ -280,7 +280,7 @@ class SourceStream:
         due = self._interval is not None and self._clock.monotonic() - self._last_checkpoint >= self._interval
         if self._sink is not None:
             self._sink.raise_if_fenced()
-            if due:
+            if due or self._sink.doomed is not None:  # a doomed transaction aborts and rewinds at once
                 self._commit_sink()
         elif due and not self._checkpointer.busy:  # the stream goes on while it is written and committed
             self._checkpointer.take_in_background(self._next_checkpoint_id(), self._write)

@@ -230,3 +230,22 @@ def test_close_aborts_what_is_open() -> None:
     session.close()
     assert kinds(producer)[-1] == "abort"
     session.close()  # idempotent
+
+
+def test_a_produce_refused_in_a_failed_transaction_dooms_it_and_the_commit_aborts() -> None:
+    """After a result the sink refused, the client refuses further produces (_STATE): they are dropped, and
+    the next commit aborts the transaction so the stream rewinds and produces them again."""
+    producer = FakeProducer()
+    session = running(producer, {"eu/t/0": 10})
+    session.produce("out", value=b"a")
+
+    def refuse(topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "Erroneous state"))
+
+    session._send = refuse
+    producer.produce = refuse  # type: ignore[method-assign]
+    session.produce("out", value=b"b")  # no exception: the transaction is doomed
+    assert session.doomed is not None
+    with pytest.raises(TransactionAborted):
+        session.commit({"eu/t/0": 20}, lambda c: None)
+    assert session.committed == {"eu/t/0": 10} and session.doomed is None
