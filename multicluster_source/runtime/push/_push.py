@@ -82,6 +82,11 @@ def run_source(
     """``SourceFactory.run``: see its docstring and docs/guides/scale-out.md."""
     if not callable(handler):
         raise ConfigurationError("run(handler, ...): the handler must be callable(records)")
+    if "sink" in options:
+        raise ConfigurationError(
+            "run(sink=...): the push API does not take an exactly-once sink yet; open the source with "
+            "source.open(sink=..., ...) and write with stream.produce(...) (docs/guides/exactly-once.md)"
+        )
     if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
         raise ConfigurationError(f"run(parallelism=...): must be an int >= 1, got {parallelism!r}")
     storage: CheckpointStorage | None = options.pop("checkpoint_storage", None)
