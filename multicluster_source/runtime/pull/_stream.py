@@ -422,9 +422,10 @@ class SourceStream:
         )
 
     def secret_values(self) -> set[str]:
-        """Values of secret-looking properties (metadata and ``set_properties``) as configured, so the admin
-        server can make sure none appears in an answer."""
-        return secret_values(self._source.client_properties, self._streams.last)
+        """Values of secret-looking properties (metadata, ``set_properties`` and an exactly-once sink's) as
+        configured, so the admin server can make sure none appears in an answer."""
+        sink = {} if self._sink is None else self._sink.sink.properties  # the sink's producer's too
+        return secret_values(self._source.client_properties, self._streams.last) | secret_values(sink, ())
 
     # -------------------------------------------------------------------------------------- checkpoints
 
