@@ -156,22 +156,12 @@ class MultiClusterKafkaSource:
                 self.name,
                 self.options.num_standby_replicas,
             )
-        if sink is None:
-            return SourceStream(
-                self,
-                parallelism=parallelism,
-                checkpoint_dir=checkpoint_dir,
-                checkpoint_interval=checkpoint_interval,
-                registry=registry,
-                admin_address=admin_address,
-                admin_token=admin_token,
-                reader_racks=racks,
-            )
-        session = TransactionalSink(sink, self.name)
-        session.open(checkpoint_interval)  # fences an earlier instance, reads the committed positions
+        session = None if sink is None else TransactionalSink(sink, self.name)
+        if session is not None:
+            session.open(checkpoint_interval)  # fences an earlier instance, reads the committed positions
         try:
             return SourceStream(
-                self._with_sink_positions(session),
+                self if session is None else self._with_sink_positions(session),
                 parallelism=parallelism,
                 checkpoint_dir=checkpoint_dir,
                 checkpoint_interval=checkpoint_interval,
@@ -182,7 +172,8 @@ class MultiClusterKafkaSource:
                 sink=session,
             )
         except BaseException:
-            session.close()
+            if session is not None:
+                session.close()
             raise
 
     def _with_sink_positions(self, session: TransactionalSink) -> MultiClusterKafkaSource:
