@@ -35,8 +35,6 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from multicluster_source import SourceStream
-from multicluster_source.framework._columns import column_builder
-from multicluster_source.framework._records import record_iterator
 
 LONG_RECORDS = (5_000_000, 20_000_000)
 LONG_REPEATS = 3
@@ -69,6 +67,8 @@ _partition_of: Any = Message.partition
 
 def _records_step(cluster_id: str, consumer: Any, tps: list[Any], positions: dict[str, int]) -> Any:
     """The floor's per-batch work: records of the batch, then its positions (see the module doc)."""
+    # imported here: bench_throughput (and this module) import against checkouts that predate them
+    from multicluster_source.framework._records import record_iterator
 
     def take(messages: list[Any]) -> int:
         good = [m for m in messages if m.error() is None]
@@ -85,6 +85,8 @@ def _records_step(cluster_id: str, consumer: Any, tps: list[Any], positions: dic
 
 
 def _columns_step(cluster_id: str) -> Callable[[list[Any]], int]:
+    from multicluster_source.framework._columns import column_builder
+
     build = column_builder()
 
     def take(messages: list[Any]) -> int:
