@@ -392,7 +392,7 @@ def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measureme
     name, readers = kind.rsplit("-", 1)
     if name == "raw":
         return raw_drain(dataset, int(readers), props)
-    if name in ("floor", "rawcolumns"):
+    if name in ("floor", "listfloor", "rawcolumns"):
         n = int(readers)
         shares = [[p for p in range(PARTITIONS) if p * n // PARTITIONS == r] for r in range(n)]
         got, steady_s, cpu, first = _long_run.raw_loop(name, dataset.parts, shares, props)
