@@ -15,11 +15,14 @@ code and only the package differs.
 
 Reported per kind: the median steady rate (from the first record, as ``bench_throughput --long``) of each
 checkout, and the *paired* ratio second / first: each repeat's rate over the same repeat's other checkout,
-median and lowest; the ratio of the open -> N-th rates; process CPU per record. Nothing asserts: ``--goal``
-(0.97) only marks the lines below it.
+median and lowest; the ratio of the open -> N-th rates; process CPU per record. ``--abba`` runs each
+checkout twice a repeat and kind, mirrored (0 1 1 0, then 1 0 0 1): on a shared machine the second of two
+back-to-back drains of the same code came out a few percent slower more often than not, which the mirror
+cancels; a repeat's ratio is then the mean of its two drains a side. Nothing asserts: ``--goal`` (0.97) only
+marks the lines below it.
 
 ``--dataset FILE`` measures an already produced dataset (brokers started elsewhere, e.g. by ``--serve FILE``,
-which starts them, produces, writes FILE and waits until interrupted). Writes
+which starts them, produces, writes FILE and waits for SIGINT or SIGTERM). Writes
 ``results/paired-commits.json`` (``--out``).
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -118,10 +122,11 @@ def run_one(checkout: Path, kind: str, dataset_file: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ driver
 
 
-def order(repeat: int, checkouts: Sequence[Path]) -> list[int]:
-    """Indexes of ``checkouts`` in the order repeat ``repeat`` runs them: alternating which goes first."""
-    idx = list(range(len(checkouts)))
-    return idx if repeat % 2 == 0 else idx[::-1]
+def order(repeat: int, abba: bool = False) -> list[int]:
+    """Which checkout (0, 1) each drain of repeat ``repeat`` runs, in order: the first alternating from repeat
+    to repeat; ``abba``: each twice, mirrored (0 1 1 0, then 1 0 0 1), so a drift over the repeat cancels."""
+    pair = [0, 1] if repeat % 2 == 0 else [1, 0]
+    return pair + pair[::-1] if abba else pair
 
 
 def measure(
@@ -130,13 +135,14 @@ def measure(
     kinds: Sequence[str],
     repeats: int,
     log: Callable[[str], None] = print,
+    abba: bool = False,
 ) -> dict[str, list[list[dict[str, Any]]]]:
-    """kind -> per checkout, the results of every repeat (in repeat order)."""
+    """kind -> per checkout, the result of every drain (``repeat`` says of which repeat)."""
     runs: dict[str, list[list[dict[str, Any]]]] = {k: [[] for _ in checkouts] for k in kinds}
     for rep in range(repeats):
         for kind in kinds:
-            for i in order(rep, checkouts):
-                r = run_one(checkouts[i], kind, dataset_file)
+            for i in order(rep, abba):
+                r = run_one(checkouts[i], kind, dataset_file) | {"repeat": rep}
                 runs[kind][i].append(r)
                 log(
                     f"  run {rep + 1}/{repeats} {kind:<10} {checkouts[i].name:<12} "
@@ -146,16 +152,25 @@ def measure(
     return runs
 
 
+def _ratios(first: list[dict[str, Any]], second: list[dict[str, Any]], key: str) -> list[float]:
+    """Per repeat, the mean ``key`` of the second's drains in it over the first's."""
+    return [
+        statistics.mean(r[key] for r in second if r["repeat"] == rep)
+        / statistics.mean(r[key] for r in first if r["repeat"] == rep)
+        for rep in sorted({r["repeat"] for r in first})
+    ]
+
+
 def summarize(runs: dict[str, list[list[dict[str, Any]]]]) -> dict[str, Any]:
-    """Per kind: each checkout's median rates and CPU, and the paired ratios second / first."""
+    """Per kind: each checkout's median rates and CPU, and the paired ratios second / first: per repeat, the
+    mean of the second's drains in it over the mean of the first's."""
     out: dict[str, Any] = {}
     for kind, (first, second) in runs.items():
 
         def med(rs: list[dict[str, Any]], key: str) -> float:
             return float(statistics.median(r[key] for r in rs))
 
-        steady = [b["steady_rate"] / a["steady_rate"] for a, b in zip(first, second, strict=True)]
-        whole = [b["rate"] / a["rate"] for a, b in zip(first, second, strict=True)]
+        steady, whole = _ratios(first, second, "steady_rate"), _ratios(first, second, "rate")
         out[kind] = {
             "steady_records_per_second": [med(first, "steady_rate"), med(second, "steady_rate")],
             "records_per_second": [med(first, "rate"), med(second, "rate")],
@@ -191,9 +206,13 @@ def serve(path: Path, records: int, clusters: int, brokers: str) -> None:
     from benchmarks._brokers import started_clusters
     from benchmarks.bench_throughput import prepare
 
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # the brokers stop on the way out (a background job ignores SIGINT)
+
+    signal.signal(signal.SIGTERM, stop)
     with started_clusters(brokers, clusters) as started:
         dump_dataset(prepare(started, records), path)
-        print(f"dataset written to {path}; brokers up until interrupted", flush=True)
+        print(f"dataset written to {path}; brokers up until interrupted (SIGINT, SIGTERM)", flush=True)
         try:
             while True:
                 time.sleep(3600)
@@ -219,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--brokers", choices=("kafka", "tansu"), default="kafka")
     parser.add_argument("--dataset", type=Path, help="measure this dataset (brokers started elsewhere)")
     parser.add_argument("--serve", type=Path, help="start brokers, produce, write the dataset here, wait")
+    parser.add_argument(
+        "--abba", action="store_true", help="each checkout twice a repeat and kind, mirrored (0 1 1 0)"
+    )
     parser.add_argument("--goal", type=float, default=GOAL)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "paired-commits.json")
     args = parser.parse_args(args_in)
@@ -234,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dataset_file: Path
         if args.dataset is not None:
             dataset_file = args.dataset
-            runs = measure(checkouts, dataset_file, kinds, args.repeats)
+            runs = measure(checkouts, dataset_file, kinds, args.repeats, abba=args.abba)
             records = sum(sum(p["counts"].values()) for p in json.loads(dataset_file.read_text()))
         else:
             sys.path.insert(0, str(HERE.parent))
@@ -245,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with started_clusters(args.brokers, args.clusters) as clusters:
                 print(f"paired commits: producing {args.records:,} records on {len(clusters)} cluster(s)...")
                 dump_dataset(prepare(clusters, args.records), dataset_file)
-                runs = measure(checkouts, dataset_file, kinds, args.repeats)
+                runs = measure(checkouts, dataset_file, kinds, args.repeats, abba=args.abba)
             records = args.records
     result = {
         "benchmark": "paired-commits",
@@ -256,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "clusters": args.clusters,
             "repeats": args.repeats,
             "kinds": kinds,
-            "order": "per repeat and kind, the two checkouts back to back, the first alternating",
+            "order": "per repeat and kind, the two checkouts back to back, the first alternating"
+            + ("; each twice, mirrored (0 1 1 0, 1 0 0 1)" if args.abba else ""),
             "timed_from": "steady: the first record to the N-th; from open: open() / client creation",
         },
         "summary": summarize(runs),
