@@ -12,6 +12,10 @@ repeats.
     becomes an immutable :class:`SourceRecord` (the same C-level view the source makes, taken one at a time,
     touching ``record.value``) and the positions it reaches are kept once per batch (``position()``), so a
     checkpoint could cover exactly what was returned;
+``listfloor-N``
+    the floor of ``poll``, whose contract is a list: the floor's loop, but each batch's records made into a
+    list first (as ``poll`` returns them), then taken from it; the list keeps a batch's records alive, which
+    the garbage collector walks;
 ``iterate-N``, ``records-N``, ``batches-N``
     the source's ``for`` loop, ``poll`` and ``poll_batches`` (as in the classic mode);
 ``columns-N``
@@ -35,14 +39,13 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from multicluster_source import SourceStream
-from multicluster_source.framework._columns import column_builder
-from multicluster_source.framework._records import record_iterator
 
 LONG_RECORDS = (5_000_000, 20_000_000)
 LONG_REPEATS = 3
 LONG_KINDS = (
     "raw-1",
     "floor-1",
+    "listfloor-1",
     "iterate-1",
     "records-1",
     "batches-1",
@@ -50,6 +53,7 @@ LONG_KINDS = (
     "columns-1",
     "raw-2",
     "floor-2",
+    "listfloor-2",
     "iterate-2",
     "records-2",
     "batches-2",
@@ -59,8 +63,9 @@ LONG_KINDS = (
 #: what each kind is compared with: the raw loop, and for the record paths the floor as well
 BASES = {
     "floor": ("raw",),
+    "listfloor": ("raw", "floor"),
     "iterate": ("raw", "floor"),
-    "records": ("raw", "floor"),
+    "records": ("raw", "floor", "listfloor"),
     "batches": ("raw",),
     "columns": ("rawcolumns", "raw"),
 }
@@ -69,6 +74,8 @@ _partition_of: Any = Message.partition
 
 def _records_step(cluster_id: str, consumer: Any, tps: list[Any], positions: dict[str, int]) -> Any:
     """The floor's per-batch work: records of the batch, then its positions (see the module doc)."""
+    # imported here: bench_throughput (and this module) import against checkouts that predate them
+    from multicluster_source.framework._records import record_iterator
 
     def take(messages: list[Any]) -> int:
         good = [m for m in messages if m.error() is None]
@@ -84,7 +91,25 @@ def _records_step(cluster_id: str, consumer: Any, tps: list[Any], positions: dic
     return take
 
 
+def _list_step(cluster_id: str, consumer: Any, tps: list[Any], positions: dict[str, int]) -> Any:
+    """``poll``'s floor per batch: the batch's records as a list, then taken from it; then its positions."""
+    from multicluster_source.framework._records import records_of
+
+    def take(messages: list[Any]) -> int:
+        records = records_of(cluster_id, [m for m in messages if m.error() is None])
+        for record in records:
+            record.value  # noqa: B018 - touch every value, as the raw drains do
+        for tp in consumer.position(tps):
+            if tp.offset >= 0:
+                positions[f"{cluster_id}/{tp.topic}/{tp.partition}"] = tp.offset
+        return len(records)
+
+    return take
+
+
 def _columns_step(cluster_id: str) -> Callable[[list[Any]], int]:
+    from multicluster_source.framework._columns import column_builder
+
     build = column_builder()
 
     def take(messages: list[Any]) -> int:
@@ -102,9 +127,9 @@ def _columns_step(cluster_id: str) -> Callable[[list[Any]], int]:
 def raw_loop(
     kind: str, parts: Sequence[Any], shares: Sequence[Sequence[int]], props: Mapping[str, str]
 ) -> tuple[int, float, float, float]:
-    """``floor`` or ``rawcolumns`` (``raw`` is the classic mode's ``raw_drain``) over ``len(shares)``
-    threads: (records, seconds from the first record to the last, process CPU seconds from the start to the
-    last record, first record after s)."""
+    """``floor``, ``listfloor`` or ``rawcolumns`` (``raw`` is the classic mode's ``raw_drain``) over
+    ``len(shares)`` threads: (records, seconds from the first record to the last, process CPU seconds from the
+    start to the last record, first record after s)."""
     firsts: list[float] = []
     lasts: list[float] = []
     counts: list[int] = []
@@ -136,6 +161,8 @@ def raw_loop(
                     take = (
                         _records_step(part.cluster_id, consumer, plain, positions)
                         if kind == "floor"
+                        else _list_step(part.cluster_id, consumer, plain, positions)
+                        if kind == "listfloor"
                         else _columns_step(part.cluster_id)
                     )
                     done = 0

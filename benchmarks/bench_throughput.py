@@ -392,7 +392,7 @@ def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measureme
     name, readers = kind.rsplit("-", 1)
     if name == "raw":
         return raw_drain(dataset, int(readers), props)
-    if name in ("floor", "rawcolumns"):
+    if name in ("floor", "listfloor", "rawcolumns"):
         n = int(readers)
         shares = [[p for p in range(PARTITIONS) if p * n // PARTITIONS == r] for r in range(n)]
         got, steady_s, cpu, first = _long_run.raw_loop(name, dataset.parts, shares, props)
@@ -772,6 +772,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated sizes for --long (default: %(default)s)",
     )
     parser.add_argument(
+        "--long-kinds",
+        default=",".join(_long_run.LONG_KINDS),
+        help="comma-separated kinds for --long, in the order they alternate (default: all, 1 then 2 readers)",
+    )
+    parser.add_argument(
+        "--out", help="result file name in results/ (default: throughput.json, throughput-long.json, ...)"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also profile one record-path and one batch-path drain (parallelism 1, last variant)",
@@ -783,10 +791,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
     if args.long:
         sizes = [int(n) for n in args.long_records.split(",") if n.strip()]
+        kinds = [k.strip() for k in args.long_kinds.split(",") if k.strip()]
+        unknown = [k for k in kinds if k not in _long_run.LONG_KINDS]
+        if unknown or not kinds:
+            parser.error(f"--long-kinds: unknown {unknown}; choose from {list(_long_run.LONG_KINDS)}")
         with started_clusters(args.brokers, args.clusters) as clusters:
-            long_result = run_long(clusters, sizes=sizes, repeats=args.repeats, brokers=args.brokers)
+            long_result = run_long(
+                clusters, sizes=sizes, repeats=args.repeats, kinds=kinds, brokers=args.brokers
+            )
         print(_long_run.format_long(long_result))
-        name = (
+        name = args.out or (
             "throughput-long.json" if args.clusters == 1 else f"throughput-long-{args.clusters}clusters.json"
         )
         print(f"written: {write_result(long_result, name)}")
@@ -802,7 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=args.profile,
         )
     print(format_table(result))
-    print(f"written: {write_result(result, result_name(args.clusters))}")
+    print(f"written: {write_result(result, args.out or result_name(args.clusters))}")
     return 0
 
 

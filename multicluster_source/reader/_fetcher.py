@@ -11,7 +11,7 @@ thread), never both at once (``_step``, a lock):
   runs ``consume(n, 0)`` and the batch handling itself. While records flow and the taker keeps coming back
   (within :data:`_INLINE_HOLD_S`), the fetch thread only applies commands and reports lag; when nothing is
   ready, or the taker stays away, it fetches ahead and waits for records again. Batches of one fetcher are
-  handed on under ``_step``, in order.
+  handed on under ``_step``, in order; an inline step waits out the lag report (``_reporting``).
 
 The hot path does no per-record Python work: each ``consume()`` result is scanned once for error events,
 the positions it reaches are read from the consumer (``position()``), stopping offsets are looked at only
@@ -54,6 +54,9 @@ _log = logging.getLogger("multicluster_source.reader")
 _INLINE_HOLD_S = 0.05
 """How long after a taker's last inline step the fetch thread leaves fetching to the taker."""
 
+_REPORT_WAIT_S = 0.02
+"""How long an inline step waits for the fetch thread's lag report (about once a second, under a ms)."""
+
 
 class ClusterFetcher:
     """Reads the splits of one cluster that belong to one reader."""
@@ -94,6 +97,7 @@ class ClusterFetcher:
         self._consumer: Any = None  # set (under _step) once the fetch thread has its consumer
         self._inline_until = 0.0  # monotonic time until which the taker fetches inline
         self._inline_error: BaseException | None = None  # raised on the fetch thread (reader failure)
+        self._reporting = False  # the fetch thread takes _step for a lag report (an inline step waits)
         self._thread = threading.Thread(
             target=self._run,
             name=f"mcs-fetch-{settings.source_name}-{settings.reader_index}-{cluster_id}",
@@ -244,9 +248,12 @@ class ClusterFetcher:
             now = time.monotonic()
             if now - last_lag >= self._s.lag_interval_s:
                 last_lag = now
+                self._reporting = True  # before the lock: holding it, this thread may wait for the GIL
                 with self._step:
                     self._lag.report(consumer, self._progress)
-                    if self.stalls.check(consumer, self._progress, self._pauses.applied):
+                    stalled = self.stalls.check(consumer, self._progress, self._pauses.applied)
+                    self._reporting = False
+                    if stalled:
                         return True
         return False
 
@@ -255,7 +262,8 @@ class ClusterFetcher:
         ready now, handled and handed on at once with ``emit_now`` (no waiting for room). True when the
         step ran and nothing was ready."""
         self._inline_until = time.monotonic() + _INLINE_HOLD_S
-        if not self._step.acquire(blocking=False):
+        step = self._step  # a lag report hands nothing on: wait for it (not ~50 ms for a batch, 5 % of a run)
+        if not (step.acquire(blocking=False) or (self._reporting and step.acquire(timeout=_REPORT_WAIT_S))):
             return False  # the fetch thread is in a step: it hands its batch on, then leaves fetching to us
         try:
             consumer = self._consumer
@@ -272,7 +280,7 @@ class ClusterFetcher:
             self._release_inline()
             return False
         finally:
-            self._step.release()
+            step.release()
 
     def _release_inline(self) -> None:
         """The taker waits (nothing was ready anywhere) or cannot step: the fetch thread fetches again."""

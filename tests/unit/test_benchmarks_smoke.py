@@ -1,4 +1,5 @@
-"""The benchmark modules import and their report code works on made-up results (no brokers, no timing)."""
+"""The benchmark modules import and their report code works on made-up results (no brokers; the record-path
+costs run once on a tiny batch)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_reconciliation, bench_throughput, run_all
+from benchmarks import bench_reconciliation, bench_record_costs, bench_throughput, run_all
 
 
 def _throughput_result() -> dict[str, Any]:
@@ -216,3 +217,9 @@ def test_scale_sweep_table_formats_made_up_results() -> None:
     table = sweep_table(result)
     assert "36,000" in table and "3.3" in table and "200 -> 200" in table
     assert "failed: broker fenced" in table
+
+
+def test_record_costs_runs_without_brokers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_record_costs.main(["--batch", "20", "--number", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "value bytes" in out and "without it" in out

@@ -17,6 +17,7 @@ from confluent_kafka import Message, TopicPartition
 from harness.fake_consumer import FakeConsumer, FakeReaderContext
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
+from multicluster_source.reader._batches import SplitProgress
 from multicluster_source.reader._fetcher import ClusterFetcher
 from multicluster_source.reader._settings import FetchSettings
 from multicluster_source.runtime.core._handoff import Handoff
@@ -166,3 +167,44 @@ def test_lent_steps_run_until_one_fetched_a_batch_and_take_turns() -> None:
     has_records.update(east=False, west=False)
     assert handoff.get(0.0) is None
     assert sorted(released) == ["east", "north", "west"]  # nothing anywhere: every step released
+
+
+def _unstarted_fetcher(feed: _Feed, handoff: Handoff) -> tuple[ClusterFetcher, FakeReaderContext]:
+    """A fetcher whose thread never starts (the test plays it), reading ``t/0`` of ``feed``."""
+    context = FakeReaderContext(handoff)
+    fetcher = ClusterFetcher("east", {}, FetchSettings("src", 0, 100, _Metrics()), context, lambda ids: None)
+    split = KafkaPartitionSplit("east", "t", 0, 0)
+    fetcher._consumer = feed
+    fetcher._progress[split.topic_partition] = SplitProgress(split)
+    fetcher._progress_changed()
+    return fetcher, context
+
+
+def test_an_inline_step_waits_out_the_fetch_threads_lag_report_and_fetches() -> None:
+    # The report hands nothing on: a taker that gave up its step would wait for a batch that is not coming
+    # (about 50 ms, once a second, before this waited for the report).
+    feed, handoff = _Feed(100), Handoff(4)
+    fetcher, context = _unstarted_fetcher(feed, handoff)
+    fetcher._reporting = True
+    fetcher._step.acquire()
+    releasing = threading.Timer(0.005, fetcher._step.release)
+    releasing.start()
+    try:
+        assert fetcher._inline(context._emit_now) is False  # it ran and handed a batch on
+    finally:
+        releasing.join()
+    batch = handoff.get(0.0, fetch=False)
+    assert batch is not None and [m.offset() for m in batch.messages] == list(range(100))
+
+
+def test_an_inline_step_leaves_a_fetch_of_the_fetch_threads_own_at_once() -> None:
+    feed, handoff = _Feed(100), Handoff(4)
+    fetcher, context = _unstarted_fetcher(feed, handoff)
+    fetcher._step.acquire()  # a fetch step: its batch comes through the hand-off
+    try:
+        started = time.monotonic()
+        assert fetcher._inline(context._emit_now) is False
+        assert time.monotonic() - started < 0.01
+    finally:
+        fetcher._step.release()
+    assert handoff.empty() and feed.takers == []
