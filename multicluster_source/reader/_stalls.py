@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from multicluster_source._clock import clock
+
 _log = logging.getLogger("multicluster_source.reader")
 
 _ASK_AT_MOST = 20
@@ -38,6 +40,7 @@ class StallWatch:
     ) -> None:
         """``timeout_s``: how long a position may stand still with records beyond it; None: never checked."""
         self._cluster_id = cluster_id
+        self._clock = clock()  # the one clock of periodic work (tests drive a ManualClock)
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._ask_timeout_s = ask_timeout_s
@@ -55,7 +58,7 @@ class StallWatch:
         timeout = self._timeout_s
         if timeout is None:
             return []
-        now = time.monotonic()
+        now = self._clock.monotonic()
         seen = self._seen
         candidates: list[tuple[tuple[str, int], Any, float]] = []
         for key, p in progress.items():

@@ -13,6 +13,7 @@ from confluent_kafka import Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from harness.fake_consumer import FakeReaderContext
+from multicluster_source._clock import ManualClock, use
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.ops._metrics import SourceMetrics
 from multicluster_source.reader._fetcher import ClusterFetcher
@@ -86,10 +87,13 @@ class _Count:
 
 def test_a_position_that_stands_still_with_records_beyond_it_is_a_stall() -> None:
     counted = _Count()
-    watch = StallWatch("east", 0.05, counted)
+    with use(ManualClock()) as manual:
+        watch = StallWatch("east", 0.05, counted)
     client = _Client(end=10, stuck=True)
     assert watch.check(client, _progress(4), set()) == []  # first look
-    time.sleep(0.06)
+    manual.advance(0.04)
+    assert watch.check(client, _progress(4), set()) == [], "not yet the timeout"
+    manual.advance(0.02)
     assert watch.check(client, _progress(4), set()) == ["east/t/0"]
     assert counted.stalls == ["east"] and watch.total == 1
     assert watch.last["east/t/0"]["position"] == 4 and watch.last["east/t/0"]["end"] == 10
@@ -98,15 +102,16 @@ def test_a_position_that_stands_still_with_records_beyond_it_is_a_stall() -> Non
 
 def test_idle_held_and_moved_on_partitions_are_not_stalls() -> None:
     counted = _Count()
-    idle = StallWatch("east", 0.01, counted)
+    with use(ManualClock()) as manual:
+        idle = StallWatch("east", 0.01, counted)
+        held = StallWatch("east", 0.01, counted)
+        markers = StallWatch("east", 0.01, counted)
     at_end = _Client(end=4, stuck=True)
-    held = StallWatch("east", 0.01, counted)
     behind = _Client(end=10, stuck=True)
-    markers = StallWatch("east", 0.01, counted)
     past = _Client(end=6, stuck=True, position=6)  # the client's position is past a transaction marker
     for watch, client, hold in ((idle, at_end, set()), (held, behind, {("t", 0)}), (markers, past, set())):
         watch.check(client, _progress(4), hold)
-        time.sleep(0.02)
+        manual.advance(0.02)
         assert watch.check(client, _progress(4), hold) == []
     assert StallWatch("east", None, counted).check(behind, _progress(4), set()) == []
     assert counted.stalls == []
