@@ -215,9 +215,7 @@ class MultiClusterKafkaSource:
                 admin_address=admin_address,
                 registry=registry,
                 admin_token=admin_token,
-                sink=sink,
-                # with a sink the stream commits when the asyncio stream says so (see AsyncSourceStream)
-                checkpoint_interval=checkpoint_interval if sink is not None else None,
+                sink=sink,  # its periodic commits are the asyncio stream's, in the executor (not in poll)
             )
 
         return AsyncSourceStream(opener, checkpoint_interval, sink=sink is not None)

@@ -47,10 +47,6 @@ class ClusterIdentities:
         with self._lock:
             self._learned[cluster_id] = kafka_cluster_id
 
-    def known(self, cluster_id: str) -> bool:
-        """Whether ``cluster_id``'s Kafka cluster id was learned."""
-        return cluster_id in self._learned
-
     def get(self, cluster_id: str) -> str | None:
         """The Kafka cluster id learned for ``cluster_id`` (else the one expected, else None)."""
         with self._lock:

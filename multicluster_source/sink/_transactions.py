@@ -226,7 +226,6 @@ class TransactionalSink:
         """:meth:`produce` when a transaction must begin, the producer's queue is full, or an error came."""
         if self._fatal is not None:
             raise self._fatal_error(self._fatal)
-        producer = self._producer
         try:
             self._begin()
             kwargs: dict[str, Any] = {"value": value, "key": key}
@@ -234,12 +233,7 @@ class TransactionalSink:
                 kwargs["partition"] = partition
             if headers is not None:
                 kwargs["headers"] = headers
-            while True:
-                try:
-                    producer.produce(topic, **kwargs)
-                    break
-                except BufferError:  # the producer's queue is full: let it send, then try again
-                    producer.poll(0.05)
+            self._produce_waiting(topic, **kwargs)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if err is not None and (err.fatal() or err.code() in _fenced_codes()):
@@ -256,6 +250,16 @@ class TransactionalSink:
         self._since_serve += 1
         if self._since_serve >= _SERVE_EVERY:
             self._serve()
+
+    def _produce_waiting(self, topic: str, **kwargs: Any) -> None:
+        """``produce``, waiting while the producer's queue is full (it sends meanwhile)."""
+        producer = self._producer
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                producer.poll(0.05)
 
     # -------------------------------------------------------------------------------------- committing
 
@@ -291,12 +295,7 @@ class TransactionalSink:
                 kafka_id = identities(cluster) or self._committed_ids.get(sid)
                 ids[sid] = kafka_id
                 key, value = encode_position(sid, pos, kafka_id, self._source)
-                while True:
-                    try:
-                        self._producer.produce(topic, value=value, key=key)
-                        break
-                    except BufferError:
-                        self._producer.poll(0.05)
+                self._produce_waiting(topic, value=value, key=key)
             _step("positions")
             self._commit_transaction()
         except KafkaException as exc:
@@ -382,13 +381,12 @@ class TransactionalSink:
         if self._closed:
             return
         self._closed = True
-        producer, self._producer = self._producer, None
+        producer = self._producer
         if producer is None:
             return
         if self._fatal is None:
-            self._producer = producer
             self.abort()
-            self._producer = None
+        self._producer = self._send = None
         producer.flush(5.0)
         del producer  # the last reference: the client is destroyed here
 
