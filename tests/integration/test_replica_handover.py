@@ -477,7 +477,8 @@ def _sink_job(source: MultiClusterKafkaSource, sink: Any, out: str, stop_after: 
     with source.open(sink=sink, checkpoint_interval=0.2) as stream:
         last = time.monotonic()
         while time.monotonic() - last < 3.0 and (stop_after is None or handled < stop_after):
-            for record in stream.poll(timeout=0.2, max_records=7):
+            wanted = 7 if stop_after is None else min(7, stop_after - handled)  # never past stop_after
+            for record in stream.poll(timeout=0.2, max_records=wanted):
                 stream.produce(out, value=b"out:" + (record.value or b""))
                 handled += 1
                 last = time.monotonic()
