@@ -347,6 +347,7 @@ class MultiClusterKafkaSource:
         checkpoint_interval: float | None = None,
         registry: Any = None,
         batches: bool = False,
+        sink: ExactlyOnceKafkaSink | None = None,
         **runtime_options: Any,
     ) -> RunResult:
         """Push API: call ``handler(records)`` inside each of ``parallelism`` readers' workers with its
@@ -356,7 +357,13 @@ class MultiClusterKafkaSource:
         ``stop_event=threading.Event()``); raise the source's failure. ``runtime``: ``"threads"``,
         ``"processes"`` (one worker process per reader) or ``"ray"`` (readers as Ray actors). Checkpoints
         cover exactly what the handlers returned from. See the guide "Scale out with processes and Ray"
-        (docs/guides/scale-out.md) for the options of each runtime."""
+        (docs/guides/scale-out.md) for the options of each runtime.
+
+        ``sink``: an :class:`ExactlyOnceKafkaSink`; the handler then returns what to produce (None, or an
+        iterable of ``(topic, value)``, ``(topic, value, key)`` or mappings with ``topic``), and each worker
+        commits it with its splits' positions in its own transactions (transactional id
+        ``<transactional_id>-<reader index>``), every ``checkpoint_interval`` seconds (default 1): each
+        input's results exactly once for ``read_committed`` readers (docs/guides/exactly-once.md)."""
         from multicluster_source.runtime.push._push import run_source
 
         return run_source(
@@ -368,6 +375,8 @@ class MultiClusterKafkaSource:
             checkpoint_interval=checkpoint_interval,
             registry=registry,
             batches=batches,
+            sink=sink,
+            sink_positions=None if sink is None else self._with_sink_positions,
             **runtime_options,
         )
 

@@ -115,6 +115,12 @@ class MetricsRecorder:
             if lag is not None:
                 entry[1] = lag
 
+    def transaction(self, outcome: str, seconds: float, records: int, positions: int) -> None:
+        """Count one transaction of a push worker's exactly-once sink (see :meth:`SourceMetrics.transaction`)."""
+        with self._lock:
+            self._flush_locked()
+            self._steps.append(("transaction", (outcome, seconds, records, positions)))
+
     def _remove(self, kind: str, labels: tuple[str, ...]) -> None:
         with self._lock:
             self._flush_locked()
@@ -175,6 +181,8 @@ def apply_metrics(metrics: SourceMetrics, delta: MetricsDelta) -> None:
         elif kind == "gauges":
             for (_op, (cluster, topic, partition)), (current, lag) in body:
                 metrics.set_offsets(cluster, topic, int(partition), current=current, lag=lag)
+        elif kind == "transaction":
+            metrics.transaction(body[0], body[1], body[2], body[3])
         elif kind == "remove_cluster":
             metrics.remove_cluster(body[0])
         elif kind == "remove_topic":

@@ -3,8 +3,11 @@
 - ``_sink``: :class:`ExactlyOnceKafkaSink`, the sink as configured (a value).
 - ``_positions``: the positions topic's records, making the topic, reading it back ``read_committed``.
 - ``_transactions``: :class:`~._transactions.TransactionalSink`, one stream's transactional producer.
+- ``_workers``: a push run's sink: a transactional id a worker slot, fencing them all before the positions are
+  read, and one again when its worker is given up.
 
-See docs/guides/exactly-once.md; the stream side is :mod:`multicluster_source.runtime.pull._sinking`.
+See docs/guides/exactly-once.md; the stream side is :mod:`multicluster_source.runtime.pull._sinking`, the
+push run's :mod:`multicluster_source.runtime.push` (``_worker_sink``, ``_run_sink``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ Each record is keyed by a split id (``cluster/topic/partition``, UTF-8) and hold
 
 ``offset`` is the next offset to read (what a checkpoint holds); ``kafka_cluster_id`` the ``cluster.id`` of
 the Kafka cluster the split was read from when the position was written (None when it was not known yet:
-a split assigned, never read, on a cluster that did not answer). The topic is compacted: the newest record
-of a key is its position. Positions of removed splits are never deleted (no tombstones), so a topic removed
-and added back resumes where it was. Records of a format version this code does not know are an error
+a split assigned, never read, on a cluster that did not answer). One more key, :data:`WORKERS_KEY`, holds
+how many worker slots a push run (``run(..., sink=...)``) last had, each with its own transactional id, so
+that the next run fences every one of them, however many it has itself. The topic is compacted: the newest
+record of a key is its position. Positions of removed splits are never deleted (no tombstones), so a topic
+removed and added back resumes where it was. Records of a format version this code does not know are an error
 naming topic, partition and offset, never skipped.
 
 Reading runs on the thread that opens the stream, once, after the sink's ``init_transactions`` aborted what
@@ -29,10 +31,13 @@ from multicluster_source.exceptions import CheckpointError, ConfigurationError
 
 __all__ = [
     "POSITIONS_FORMAT_VERSION",
+    "WORKERS_KEY",
     "StoredPosition",
     "consumer_properties",
     "decode_position",
+    "decode_workers",
     "encode_position",
+    "encode_workers",
     "ensure_positions_topic",
     "read_positions",
 ]
@@ -40,6 +45,9 @@ __all__ = [
 _log = logging.getLogger("multicluster_source.sink")
 
 POSITIONS_FORMAT_VERSION = 1
+WORKERS_KEY = b"#workers"
+"""The key of the record that holds a push run's number of worker slots (it has no ``/``, which every split
+id has twice, so it is never a split's)."""
 READ_TIMEOUT_S = 120.0
 """How long reading the positions topic back may take before opening fails (a sink cluster that is down)."""
 
@@ -97,6 +105,19 @@ def encode_position(
         "source": source,
     }
     return split_id.encode(), json.dumps(value, separators=(",", ":")).encode()
+
+
+def encode_workers(workers: int) -> tuple[bytes, bytes]:
+    """The key and value of the record naming how many worker slots a push run has."""
+    return WORKERS_KEY, json.dumps({"v": POSITIONS_FORMAT_VERSION, "workers": workers}).encode()
+
+
+def decode_workers(value: bytes, where: str) -> int:
+    """The number of worker slots :data:`WORKERS_KEY`'s record names."""
+    try:
+        return int(json.loads(value)["workers"])
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{where}: malformed worker-count record: {exc}") from exc
 
 
 def decode_position(key: bytes | None, value: bytes | None, where: str) -> StoredPosition | None:
@@ -177,11 +198,16 @@ def ensure_positions_topic(
 
 
 def read_positions(
-    conf: Mapping[str, str], topic: str, *, timeout_s: float = READ_TIMEOUT_S
+    conf: Mapping[str, str],
+    topic: str,
+    *,
+    timeout_s: float = READ_TIMEOUT_S,
+    workers: list[int] | None = None,
 ) -> dict[str, StoredPosition]:
-    """Every split's newest position in ``topic``, read ``read_committed`` up to the end of each partition.
-    Raises :class:`CheckpointError` when the topic cannot be read within ``timeout_s`` or holds a record that
-    is not a position."""
+    """Every split's newest position in ``topic``, read ``read_committed`` up to the end of each partition
+    (``workers``, when given, gets the newest worker count of a push run appended). Raises
+    :class:`CheckpointError` when the topic cannot be read within ``timeout_s`` or holds a record that is not
+    a position."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -219,6 +245,11 @@ def read_positions(
                         raise CheckpointError(f"positions topic {topic}: reading failed: {err}")
                     continue
                 where = f"positions topic {topic} partition {msg.partition()} offset {msg.offset()}"
+                if msg.key() == WORKERS_KEY:
+                    value = msg.value()
+                    if workers is not None and value is not None:
+                        workers.append(decode_workers(value, where))
+                    continue
                 position = decode_position(msg.key(), msg.value(), where)
                 if position is not None:
                     out[position.split_id] = position

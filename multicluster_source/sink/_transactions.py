@@ -1,7 +1,7 @@
 """The running exactly-once sink of one stream: :class:`TransactionalSink`.
 
-One transactional producer per stream, with the fixed ``transactional.id`` of the sink (never one per
-checkpoint: the sink cluster keeps one producer state per id). The stream drives it on the caller's thread:
+One transactional producer per stream (or push worker), with a fixed ``transactional.id`` (never one per
+checkpoint). The stream drives it on the caller's thread:
 
 1. :meth:`TransactionalSink.open`: ``init_transactions`` (fences an earlier instance of the job, and has the
    sink cluster abort the transaction it left open), then the positions topic is read ``read_committed`` up
@@ -14,11 +14,10 @@ checkpoint: the sink cluster keeps one producer state per id). The stream drives
    :class:`TransactionAborted` tells the stream to rewind its readers to :attr:`TransactionalSink.committed`.
    A fenced producer raises :class:`~multicluster_source.exceptions.ProducerFencedError`.
 
-:data:`step_hook` lets tests stop a job at each step of a transaction (``kill -9`` at a moment chosen
-exactly, where a random kill would miss a window of a few milliseconds).
+:data:`step_hook` lets tests stop a job at each step of a transaction (a random kill misses a few ms).
 
-Threads: every method runs on the thread that owns the stream (an asyncio stream's executor thread, one
-call at a time); the producer's own threads deliver, and ``error_cb`` runs inside ``poll``.
+Threads: every method runs on the thread that owns the stream (an asyncio stream's executor thread, a push
+worker's handler thread), one call at a time; ``error_cb`` runs inside ``poll``.
 """
 
 from __future__ import annotations
@@ -71,14 +70,8 @@ def _in_error_state(err: Any) -> bool:
 
 
 def _fenced_codes() -> frozenset[int]:
-    return frozenset(
-        {
-            KafkaError._FENCED,
-            KafkaError.PRODUCER_FENCED,
-            KafkaError.INVALID_PRODUCER_EPOCH,
-            KafkaError.TRANSACTION_COORDINATOR_FENCED,
-        }
-    )
+    fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    return frozenset((*fenced, KafkaError.TRANSACTION_COORDINATOR_FENCED))
 
 
 class TransactionalSink:
@@ -102,6 +95,7 @@ class TransactionalSink:
         self._committed_ids: dict[str, str | None] = {}  # split id -> Kafka cluster id written with it
         self.stored: dict[str, StoredPosition] = {}
         """What the positions topic held at open."""
+        self.workers: int | None = None  # the worker slots of the last push run the positions topic names
         self.doomed: str | None = None
         """Why the open transaction can only abort (None: it may commit); the stream rewinds at its next
         commit point, as soon as it sees this set."""
@@ -110,23 +104,24 @@ class TransactionalSink:
 
     # ------------------------------------------------------------------------------------------ opening
 
-    def open(self, checkpoint_interval: float | None) -> None:
+    def open(self, checkpoint_interval: float | None, *, read: bool = True) -> None:
         """Check the interval against ``transaction.timeout.ms``, make the positions topic when missing,
-        fence earlier instances (``init_transactions``) and read the positions back."""
+        fence earlier instances (``init_transactions``) and read the positions back. ``read=False`` (a push
+        worker's sink: its driver made the topic and reads it) only fences."""
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
         sink = self.sink
         sink.check_interval(checkpoint_interval)
         props = sink.resolved_properties()
-        connection = consumer_properties(props)
-        admin = AdminClient(dict(connection))
-        try:
-            ensure_positions_topic(
-                admin, sink.positions_topic, sink.positions_partitions, sink.positions_replication_factor
-            )
-        finally:
-            del admin
+        if read:
+            admin = AdminClient(dict[str, str | int | float | bool](consumer_properties(props)))
+            try:
+                ensure_positions_topic(
+                    admin, sink.positions_topic, sink.positions_partitions, sink.positions_replication_factor
+                )
+            finally:
+                del admin
         self._producer = Producer(
             {
                 "client.id": f"mcs-sink-{self._source}",
@@ -145,9 +140,8 @@ class TransactionalSink:
                 f"exactly-once sink {sink.transactional_id!r}: init_transactions failed on "
                 f"{props.get('bootstrap.servers')}: {exc.args[0] if exc.args else exc}"
             ) from exc
-        self.stored = read_positions(connection, sink.positions_topic)
-        self.committed = {sid: p.offset for sid, p in self.stored.items()}
-        self._committed_ids = {sid: p.kafka_cluster_id for sid, p in self.stored.items()}
+        if read:
+            self.read_back()
         _log.info(
             "source=%s: exactly-once sink %r open in %.2f s; %d positions read from %s",
             self._source,
@@ -156,6 +150,16 @@ class TransactionalSink:
             len(self.stored),
             sink.positions_topic,
         )
+
+    def read_back(self) -> None:
+        """Read the positions topic ``read_committed`` to its end: :attr:`stored`, :attr:`committed`."""
+        workers: list[int] = []
+        self.stored = read_positions(
+            consumer_properties(self.sink.resolved_properties()), self.sink.positions_topic, workers=workers
+        )
+        self.workers = workers[-1] if workers else None
+        self.committed = {sid: p.offset for sid, p in self.stored.items()}
+        self._committed_ids = {sid: p.kafka_cluster_id for sid, p in self.stored.items()}
 
     def expected_identities(self) -> dict[str, str]:
         """Cluster id -> the Kafka cluster id the stored positions of that cluster were written for."""

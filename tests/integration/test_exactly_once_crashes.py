@@ -74,21 +74,23 @@ def _results(central: Cluster, out: str) -> Counter[str]:
     return Counter(v.decode() for v in read_output(central, out))
 
 
+@pytest.mark.parametrize("mode", ["sink", "run"])
 @pytest.mark.parametrize("step", ["begun", "produced", "positions", "committing", "committed"])
 def test_a_job_killed_at_each_step_of_a_transaction_repeats_and_loses_nothing(
-    kafka_clusters: Any, tmp_path: Path, step: str
+    kafka_clusters: Any, tmp_path: Path, step: str, mode: str
 ) -> None:
     """Ended the third time it reaches ``step`` (a transaction begun and empty; records produced and not
     committed; positions written and not committed; 2 ms into the commit; committed and the checkpoint not
-    yet written), then run again to the end."""
+    yet written), then run again to the end: the pull API (``sink``) and the push API (``run``, two
+    workers, each with its own transactions)."""
     east, west, central = kafka_clusters(3)
-    prefix = f"eos-step-{step}"
+    prefix = f"eos-{mode}-{step}"
     specs = _inputs(east, west, prefix)
     out = central.create_topic(f"{prefix}-out", partitions=2)
     txn = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    code = _run("sink", central, txn, out, tmp_path / "ckpt", f"{step}@3", specs)
+    code = _run(mode, central, txn, out, tmp_path / "ckpt", f"{step}@3", specs)
     assert code == 9, f"the job did not reach {step} three times"
-    assert _run("sink", central, txn, out, tmp_path / "ckpt", "none", specs) == 0
+    assert _run(mode, central, txn, out, tmp_path / "ckpt", "none", specs) == 0
     results = _results(central, out)
     twice = {v: n for v, n in results.items() if n > 1}
     assert not twice, f"{len(twice)} results twice, e.g. {sorted(twice)[:5]}"
@@ -109,18 +111,21 @@ def test_without_the_sink_the_same_crash_repeats_results(kafka_clusters: Any, tm
     assert sum(n - 1 for n in results.values()) > 0, "the at-least-once job repeated nothing"
 
 
-def test_a_job_killed_at_random_moments_while_it_produces(kafka_clusters: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["sink", "run"])
+def test_a_job_killed_at_random_moments_while_it_produces(
+    kafka_clusters: Any, tmp_path: Path, mode: str
+) -> None:
     """``kill -9`` four times at a random moment 0.3-1.5 s after the job opened (seeded; printed), then a run
-    to the end: every result exactly once, no transaction left open."""
+    to the end: every result exactly once, no transaction left open (pull and push APIs)."""
     seed = int(os.environ.get("MCS_EOS_SEED", random.randrange(1 << 30)))
     print(f"MCS_EOS_SEED={seed}")
     rng = random.Random(seed)
     east, west, central = kafka_clusters(3)
-    specs = _inputs(east, west, "eos-random")
-    out = central.create_topic("eos-random-out", partitions=2)
+    specs = _inputs(east, west, f"eos-random-{mode}")
+    out = central.create_topic(f"eos-random-{mode}-out", partitions=2)
     txn = f"eos-random-{uuid.uuid4().hex[:6]}"
     for _ in range(4):
-        proc = _start("sink", central, txn, out, tmp_path / "ckpt", "none", specs)
+        proc = _start(mode, central, txn, out, tmp_path / "ckpt", "none", specs)
         assert proc.stdout is not None
         ready = proc.stdout.readline()
         assert ready.strip() == b"READY", proc.stderr.read().decode()[-3000:] if proc.stderr else ready
@@ -130,7 +135,7 @@ def test_a_job_killed_at_random_moments_while_it_produces(kafka_clusters: Any, t
         proc.stdout.close()
         if proc.stderr is not None:
             proc.stderr.close()
-    assert _run("sink", central, txn, out, tmp_path / "ckpt", "none", specs) == 0
+    assert _run(mode, central, txn, out, tmp_path / "ckpt", "none", specs) == 0
     results = _results(central, out)
     twice = {v: n for v, n in results.items() if n > 1}
     assert not twice, f"seed {seed}: {len(twice)} results twice, e.g. {sorted(twice)[:5]}"

@@ -32,9 +32,15 @@ MAX_LINES = 410  # STYLE.md: "extract helpers before ~400"
 LONGER: dict[str, tuple[int, str]] = {
     # a cohesive class may be longer, by a named exemption, rather than be split across modules (issue 37)
     "runtime/push/_host.py": (
-        470,
+        610,
         "WorkerHost is one ReaderContext: its main loop, handler thread and context methods share one "
-        "lock and counters; split, they would read each other's privates",
+        "lock and counters, and with an exactly-once sink its commit points and rewind swap its hand-off, "
+        "tracker and reader; split, they would read each other's privates",
+    ),
+    "runtime/push/_driver.py": (
+        440,
+        "Driver is one push run's loop: start, messages, failover, checkpoints and shutdown share its "
+        "private state; the exactly-once sink's guard (its own module) is called at the points it acts",
     ),
     "runtime/pull/_stream.py": (
         600,

@@ -15,6 +15,8 @@ their positions, how are checkpoints taken and a run stopped, and what does a ru
   before readers start.
 - ``_messages``: the plain values a reader's inbox carries (splits, events, no more splits), which are also
   what the push driver and its workers say to each other over a transport, and the transport seam itself.
+- ``_sink_state``: where a stream or run with an exactly-once sink starts (the sink's positions over the
+  checkpoint's).
 
 May import: :mod:`multicluster_source.runtime.eventtime`, :mod:`multicluster_source.enumerator`,
 :mod:`multicluster_source.reader`, :mod:`multicluster_source.ops`, :mod:`multicluster_source.framework`,

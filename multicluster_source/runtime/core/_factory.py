@@ -114,13 +114,16 @@ def validate_reader_racks(
 
 def reader_only_source(source: S) -> S:
     """A copy of ``source`` with only what readers need, for workers in other processes: no metadata
-    service (watch threads, clients), subscriber, topic status store or standby assignor."""
+    service (watch threads, clients), subscriber, topic status store, standby assignor or cluster identities
+    (an exactly-once sink's, which the driver's enumerators learn)."""
     import copy
 
     clone = copy.copy(source)
     clone.__dict__.update(
         metadata_service=None, subscriber=None, topic_status_store=None, standby_assignor=None
     )
+    if "identities" in clone.__dict__:
+        clone.__dict__["identities"] = None
     return clone
 
 

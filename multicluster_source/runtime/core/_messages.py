@@ -89,6 +89,14 @@ class WatchSplits:
 
 
 @dataclass(frozen=True)
+class ClusterIds:
+    """The Kafka ``cluster.id`` of each source cluster the enumerator identified so far (a run with an
+    exactly-once sink: the worker writes it with each position of that cluster)."""
+
+    ids: dict[str, str]
+
+
+@dataclass(frozen=True)
 class StopWorker:
     """Finish the batch the handler is in, report, close the reader, end."""
 
@@ -114,7 +122,8 @@ class EventToEnumerator:
 
 @dataclass(frozen=True)
 class Delivered:
-    """The handler returned from a batch: its positions are delivered."""
+    """The handler returned from a batch: its positions are delivered (with an exactly-once sink: the
+    transaction holding its results committed)."""
 
     positions: dict[str, int]
     records: int
@@ -129,7 +138,8 @@ class Fenced:
     """The answer to a ``FenceSplits`` with a ``request``: the worker fenced the splits (no record of them
     reaches the handler from then on, none of a batch fetched before either), and this is, under the same
     lock, how far it handed each out (the next offset), and the last handed-out record's timestamp of the
-    watched ones. Splits it never handed out a record of are absent."""
+    watched ones. Splits it never handed out a record of are absent. With an exactly-once sink it answers
+    once the transaction holding those records' results committed."""
 
     request: int
     positions: dict[str, int]

@@ -3,8 +3,9 @@
 The stream commits on the caller's thread (inside ``poll``, iteration, ``checkpoint()`` and ``close()``);
 these functions give it the positions to commit and the checkpoint to start from:
 
-* :func:`sink_restored`: at open, the positions the sink read from its positions topic win over those of
-  ``checkpoint_dir``; without a checkpoint they are the state the stream starts from.
+* :func:`sink_restored` (from :mod:`multicluster_source.runtime.core`, shared with the push driver): at open,
+  the positions the sink read from its positions topic win over those of ``checkpoint_dir``; without a
+  checkpoint they are the state the stream starts from.
 * :func:`stream_positions`: every split the enumerator holds, assigned or retained after removal, at the
   position the caller reached, or, never read, at the offset it starts from ("read or not").
 * :func:`rewound`: the checkpoint a stream restarts its readers from after an aborted transaction: the
@@ -13,7 +14,6 @@ these functions give it the positions to commit and the checkpoint to start from
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,8 +22,8 @@ from typing import Any
 from multicluster_source.enumerator._state import EnumeratorState
 from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._checkpoint import Checkpoint
-from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime.core._handoff import PositionTracker
+from multicluster_source.runtime.core._sink_state import sink_restored, state_of_positions
 from multicluster_source.sink._transactions import TransactionAborted, TransactionalSink
 
 __all__ = [
@@ -37,38 +37,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("multicluster_source.sink")
-
-
-def sink_restored(
-    restored: Checkpoint | None, sink: TransactionalSink, name: str, bounded: bool
-) -> Checkpoint | None:
-    """``restored`` with the sink's committed positions in place of its own. Without a checkpoint (no
-    ``checkpoint_dir``, or a first run with one), an unbounded stream starts from a state made of the sink's
-    positions alone (:func:`state_of_positions`), so that what a checkpoint's state does at a restart, the
-    positions topic does too: a split whose topic or cluster left the metadata is retired (and handed over
-    to its replica, section 9), the others start at their positions. A bounded stream, whose splits need
-    stopping offsets the positions do not hold, starts them through its starting offsets instead."""
-    if restored is not None:
-        return dataclasses.replace(restored, positions={**restored.positions, **sink.committed})
-    if bounded or not sink.committed:
-        return None
-    state = state_of_positions(sink.committed)
-    return Checkpoint(0, name, state.to_dict(), dict(sink.committed), Path(f"({sink.sink.positions_topic})"))
-
-
-def state_of_positions(positions: Mapping[str, int]) -> EnumeratorState:
-    """An enumerator state whose splits are those of ``positions``, each starting at its position; every
-    topic named is seen (a partition found later starts at the earliest offset, as after a checkpoint)."""
-    splits = []
-    seen: dict[str, set[str]] = {}
-    for sid, offset in positions.items():
-        cluster, topic, partition = sid.rsplit("/", 2)
-        splits.append(KafkaPartitionSplit(cluster, topic, int(partition), offset))
-        seen.setdefault(cluster, set()).add(topic)
-    return EnumeratorState(
-        splits=tuple(sorted(splits, key=lambda s: s.split_id)),
-        seen_topics={c: frozenset(t) for c, t in seen.items()},
-    )
 
 
 def enumerator_state(coordinator: Any, enumerator: Any) -> EnumeratorState:

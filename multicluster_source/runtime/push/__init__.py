@@ -17,6 +17,10 @@ Public here (``__all__``): :class:`RunControl` (also importable from :mod:`multi
   tells what it did.
 - ``_run_checkpoints``: the run's checkpoints, taken on the driver's thread and written off it (through
   :mod:`multicluster_source.runtime.core`'s checkpointer).
+- ``_worker_sink``: a worker's exactly-once sink: what the handler returns is produced into its
+  transactions, and what it handled counts once they committed.
+- ``_run_sink``: the driver's side of the sink: where the run starts, and fencing a worker given up before
+  its splits move.
 - ``_push_watermarks``: event time on the push API: what a worker reports of a handled batch, and the
   driver's watermark.
 - ``transports/``: how workers are started and messages carried, one module per ``runtime=``.

@@ -16,6 +16,12 @@ fenced under the lock its handler thread takes records under. Those replace the 
 driver's tracker refuses the reports still on their way, the split being fenced there first). A worker that
 does not answer in time (or is gone) leaves the driver's copy, logged: its handler's records past it may
 come again from where the split goes.
+
+With an exactly-once sink a worker answers a fence once the transaction holding the fenced records' results
+committed, and a worker that does not answer (or is gone) is fenced at the sink instead (``on_silent``, the
+driver's: its transactional id fenced, the committed positions read back), so that no later commit of it
+can overlap with where its splits start next. ``identities`` (the sink's): every worker learns the Kafka
+cluster ids to write with its positions (``ClusterIds``) before splits of a newly identified cluster.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.runtime.core._local import Coordinator
 from multicluster_source.runtime.core._messages import (
     AssignSplits,
+    ClusterIds,
     EventToReader,
     Fenced,
     FenceSplits,
@@ -62,11 +69,16 @@ class LinkedCoordinator(Coordinator):
         *args: Any,
         send: Callable[[int, object], None],
         reply_timeout: float = FENCE_REPLY_TIMEOUT_S,
+        identities: Any = None,
+        on_silent: Callable[[Sequence[int]], Mapping[str, int]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._send_to = send
         self._reply_timeout = reply_timeout
+        self._identities = identities
+        self._ids_sent: dict[int, dict[str, str]] = {}
+        self._on_silent = on_silent
         self._owners: dict[str, int] = {}  # split id -> the reader it was last assigned to
         self._watching: tuple[str, ...] = ()  # what the workers were last told to watch
         self._lock = threading.Lock()  # the requests and gone workers (the transports' threads answer)
@@ -80,7 +92,16 @@ class LinkedCoordinator(Coordinator):
         for reader, splits in assignment.items():
             for split in splits:
                 self._owners[split.split_id] = reader
+            if self._identities is not None:
+                ids = self._identities.snapshot()
+                if ids != self._ids_sent.get(reader):
+                    self._ids_sent[reader] = ids
+                    self._send_to(reader, ClusterIds(ids))
             self._send_to(reader, AssignSplits(tuple(splits)))
+
+    def owned_by(self, reader: int) -> list[str]:
+        """The splits last assigned to ``reader`` (any thread: a copy of the table)."""
+        return [sid for sid, owner in list(self._owners.items()) if owner == reader]
 
     def send_event_to_reader(self, reader: int, event: SourceEvent) -> None:
         """Send an event to one reader."""
@@ -144,6 +165,21 @@ class LinkedCoordinator(Coordinator):
                         reply.positions[sid],
                         ts if ts is not None else positions.get(sid, (0, None))[1],
                     )
+        silent = sorted(set(owned) - set(replies))
+        if silent and self._on_silent is not None:  # fenced at the sink: the committed positions are exact
+            stored = self._on_silent(silent)
+            for reader in silent:
+                for sid in owned[reader]:
+                    if sid in stored:
+                        exact[sid] = (stored[sid], positions.get(sid, (0, None))[1])
+            _log.warning(
+                "source=%s: workers %s did not answer the fence of %s: fenced at the sink, their splits move "
+                "at their committed positions",
+                self.source_name,
+                silent,
+                sorted(sid for r in silent for sid in owned[r]),
+            )
+            answered = True
         self._tracker.settle(exact)
         positions.update(exact)
         if not answered:

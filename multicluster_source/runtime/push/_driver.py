@@ -1,4 +1,7 @@
-"""The driver of a push run: the enumerator on a coordinator thread, checkpoints, failover and shutdown."""
+"""The driver of a push run: the enumerator on a coordinator thread, checkpoints, failover and shutdown.
+
+With an exactly-once sink, :mod:`._run_sink`'s guard says where the run starts and fences a worker given up.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ from multicluster_source.runtime.push._control import RunControl, RunProgress, R
 from multicluster_source.runtime.push._coordinator import LinkedCoordinator
 from multicluster_source.runtime.push._push_watermarks import RunWatermarks, run_watermarks
 from multicluster_source.runtime.push._run_checkpoints import RunCheckpoints
+from multicluster_source.runtime.push._run_sink import GiveUp, RunSinkGuard
+from multicluster_source.sink._transactions import TransactionalSink
 
 if TYPE_CHECKING:
     from multicluster_source.enumerator._multicluster import MultiClusterEnumerator
@@ -66,8 +71,12 @@ class Driver:
         stop_event: Any,
         startup_timeout: float,
         stop_timeout: float,
+        sink: TransactionalSink | None = None,
     ) -> None:
         self._source = source
+        self._inbound: queue.SimpleQueue[tuple[int, object]] = queue.SimpleQueue()
+        post = self._inbound.put
+        self._guard = None if sink is None else RunSinkGuard(sink, source.name, lambda n, m: post((n, m)))
         self._name = source.name
         self._n = parallelism
         self._transport = transport
@@ -83,7 +92,6 @@ class Driver:
         self._stop_timeout = stop_timeout
         self._heartbeat_s = source.options.reader_heartbeat_timeout_ms / 1000.0
         self._clock = clock()  # heartbeats' and the checkpoint interval's
-        self._inbound: queue.SimpleQueue[tuple[int, object]] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._links: list[WorkerLink] = []
@@ -93,7 +101,7 @@ class Driver:
         self._gone: set[int] = set()
         self._stopped: set[int] = set()
         self._records: dict[int, int] = dict.fromkeys(range(parallelism), 0)
-        self._checkpoints = RunCheckpoints(source.name, storage, control)
+        self._checkpoints = RunCheckpoints(source.name, storage, control, offsets_only=sink is not None)
         self._restored_from: str | None = None
         self._enumerator: MultiClusterEnumerator | None = None
         self._finished = False
@@ -178,6 +186,8 @@ class Driver:
     def _start(self) -> None:
         source = self._source
         restored = self._storage.latest() if self._storage is not None else None
+        if self._guard is not None:  # the positions committed with the results win over the checkpoint's
+            restored = self._guard.restored(restored, source.bounded)
         if restored is not None:
             self._checkpoints.last_id = restored.checkpoint_id
             self._restored_from = str(restored.path)
@@ -186,7 +196,10 @@ class Driver:
         self._metrics = SourceMetrics(self._registry, self._name)
         self._topics = source.create_topic_tracker(self._checkpoint_dir)
         self._topics.start()
-        self._coordinator = LinkedCoordinator(self._name, self._n, self._tracker, self._fail, send=self._send)
+        extra = self._guard.coordinator_options(source) if self._guard is not None else {}
+        self._coordinator = LinkedCoordinator(
+            self._name, self._n, self._tracker, self._fail, send=self._send, **extra
+        )
         self._watermarks = run_watermarks(
             source, self._metrics, self._coordinator, restored, self._watermark_moved
         )
@@ -279,6 +292,8 @@ class Driver:
     def _on_message(self, index: int, message: object) -> None:
         self._last_seen[index] = self._clock.monotonic()
         if isinstance(message, Delivered):
+            if self._guard is not None and index in self._lost:
+                return  # committed before it was fenced: the positions read back then hold it already
             self._tracker.advance(message.positions, message.last_times)
             if message.event_times and self._watermarks is not None:
                 self._watermarks.delivered(message.event_times)
@@ -312,6 +327,8 @@ class Driver:
             self._progress.worker(index, alive=False)
             if not self._closing and index not in self._stopped:
                 self._lose(index, SourceFailedError(f"worker {index} was lost: {message.reason}"))
+        elif isinstance(message, GiveUp):
+            self._lose(index, SourceFailedError(message.reason))
         elif isinstance(message, WorkerReady):
             self._ready[index] = message
             self._progress.worker(index, pid=message.pid, host=message.host, rack=message.rack, alive=True)
@@ -319,6 +336,8 @@ class Driver:
             _log.warning("source=%s: unknown message from worker %d: %r", self._name, index, message)
 
     def _on_failure(self, index: int, failure: WorkerFailure) -> None:
+        if index in self._lost:  # given up already (fenced at the sink: its last commit was refused)
+            return
         _log.error(
             "source=%s: reader %d: %s failure: %s", self._name, index, failure.kind, failure.description
         )
@@ -345,6 +364,9 @@ class Driver:
         self._lost[index] = f"{type(error).__name__}: {error}"
         self._progress.worker(index, alive=False)
         _log.warning("source=%s: reader %d is lost (%s); its splits move", self._name, index, error)
+        guard, coordinator = self._guard, self._coordinator
+        if guard and not guard.lost(index, coordinator.owned_by(index), self._tracker, self._fail):
+            return
         if len(self._lost) >= self._n:
             failure = SourceFailedError(f"source {self._name}: every reader failed; the last: {error}")
             failure.__cause__ = error

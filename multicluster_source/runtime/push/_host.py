@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -11,10 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from multicluster_source._clock import clock
-from multicluster_source.exceptions import DeserializationError
+from multicluster_source.exceptions import DeserializationError, MultiClusterSourceError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
 from multicluster_source.framework._records import SourceRecord
+from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import EventTimes, widen_event_times
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime.core._delivery import Delivery
@@ -23,6 +25,7 @@ from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
 from multicluster_source.runtime.core._messages import (
     HEARTBEAT_S,
     AssignSplits,
+    ClusterIds,
     Delivered,
     EventToEnumerator,
     EventToReader,
@@ -44,6 +47,8 @@ from multicluster_source.runtime.core._messages import (
     error_blob,
 )
 from multicluster_source.runtime.push._push_watermarks import WorkerEventTimes
+from multicluster_source.runtime.push._worker_sink import WorkerTransactions
+from multicluster_source.sink._transactions import TransactionAborted
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -121,10 +126,13 @@ class WorkerHost:
         host_name: str | None = None,
         make_records: RecordMaker | None = _RECORDS,
         event_times: WorkerEventTimes | None = None,
+        transactions: WorkerTransactions | None = None,
     ) -> None:
         """``make_records`` turns a batch's messages into the handler's records; None: the handler gets
         each :class:`MessageBatch` itself (``run(..., batches=True)``). ``event_times`` (with a watermark
-        strategy) finds what a handled batch reports of event time and counts its late records."""
+        strategy) finds what a handled batch reports of event time and counts its late records.
+        ``transactions`` (``run(..., sink=...)``): the handler returns what to produce, and what it returned
+        from counts as handled once its transaction committed (:mod:`._worker_sink`)."""
         self._index = index
         self._host_name = host_name or socket.gethostname()
         self._source = source_name
@@ -136,6 +144,7 @@ class WorkerHost:
         self._track_topics = track_topics
         self._stop_timeout = stop_timeout
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._buffer_max_batches = buffer_max_batches
         self._handoff = _CountingHandoff(buffer_max_batches)
         self._tracker = PositionTracker()
         """What its handler was handed, per split (``FenceSplits`` fences, ``WatchSplits`` watches)."""
@@ -160,6 +169,11 @@ class WorkerHost:
         self._event_times = event_times
         self._watermark: int | None = None  # the run's, from the driver; the handler thread reads it
         self._watermark_now: int | None = None  # the handler thread's copy as it takes a chunk
+        self._txn = transactions
+        self._splits: dict[str, KafkaPartitionSplit] = {}  # assigned, neither moved away nor finished
+        self._no_more = False
+        self._rewind_wanted = threading.Event()  # the handler thread's transaction aborted: read again
+        self._rewound = threading.Event()  # the main loop made a new reader at the committed positions
 
     # ------------------------------------------------------------------------------ transport side
 
@@ -191,6 +205,13 @@ class WorkerHost:
         early: list[object] = []
         last_beat = 0.0
         last_finished: bool | None = None
+        if self._txn is not None:
+            try:
+                self._txn.open()  # fences this slot's earlier instance
+            except BaseException as exc:
+                self._failure("source", exc)
+                self._send(WorkerStopped(0))
+                return
         self._send(WorkerReady(os.getpid(), self._host_name, self._rack))
         handler_thread.start()
         try:
@@ -210,6 +231,10 @@ class WorkerHost:
                 if isinstance(message, WatchSplits):
                     self._tracker.watch(message.split_ids)
                     continue
+                if isinstance(message, ClusterIds):
+                    if self._txn is not None:
+                        self._txn.identities(message.ids)
+                    continue
                 if isinstance(message, StartReader):
                     if reader is None:
                         on_topic_read = self._topic_read if self._track_topics else None
@@ -223,6 +248,8 @@ class WorkerHost:
                         early.append(message)
                     else:
                         self._dispatch(reader, message)
+                if self._rewind_wanted.is_set() and reader is not None:
+                    reader = self._reader = self._rewind(reader)
                 finished = False
                 if reader is not None:
                     reader.poll_events()
@@ -255,8 +282,16 @@ class WorkerHost:
             self._send(WorkerStopped(self._records))
 
     def _fence(self, message: FenceSplits) -> None:
-        """Fence at the tracker (the handler thread's lock); when the driver waits, answer what was handed."""
+        """Fence at the tracker (the handler thread's lock); when the driver waits, answer what was handed
+        (with a sink: once the transaction holding it committed, on the handler thread)."""
         fenced = self._tracker.fence(message.split_ids)
+        with self._lock:
+            for sid in message.split_ids:
+                self._splits.pop(sid, None)
+        if self._txn is not None:
+            if message.request:
+                self._txn.fence_request(message.request, fenced)
+            return
         if message.request:
             times = {sid: ts for sid, (_pos, ts) in fenced.items() if ts is not None}
             self._send(Fenced(message.request, {sid: pos for sid, (pos, _ts) in fenced.items()}, times))
@@ -266,10 +301,15 @@ class WorkerHost:
             # a split fenced before and assigned here again: handed out anew, without what this worker's
             # handler had of it already (a batch fetched before the fence may still wait in the hand-off)
             self._tracker.unfence([split.split_id for split in message.splits])
+            with self._lock:
+                self._splits.update((split.split_id, split) for split in message.splits)
+            if self._txn is not None:
+                self._txn.assigned(message.splits)
             reader.add_splits(list(message.splits))
         elif isinstance(message, EventToReader):
             reader.handle_source_event(message.event)
         elif isinstance(message, NoMoreSplits):
+            self._no_more = True
             reader.notify_no_more_splits()
         else:
             _log.warning("reader %d: unknown message %r", self._index, message)
@@ -281,7 +321,8 @@ class WorkerHost:
 
     def _idle(self) -> bool:
         with self._lock:
-            return self._handled >= self._emitted and not self._deferred and not self._unsent_positions
+            done = self._handled >= self._emitted and not self._deferred and not self._unsent_positions
+            return done and (self._txn is None or self._txn.idle)
 
     def _unsent_locked(self, positions: Mapping[str, int], records: int, times: EventTimes | None) -> None:
         """Add a handled batch to what the next Delivered reports; send it when it is due."""
@@ -311,6 +352,9 @@ class WorkerHost:
             self._flush_delivered_locked()  # the driver gets a split's positions before it hears it finished
             self._deferred = [(seq, event) for seq, event in self._deferred if seq > self._handled]
             for event in ready:
+                if isinstance(event, SplitsFinishedEvent):
+                    for sid in event.split_ids:
+                        self._splits.pop(sid, None)
                 self._send(EventToEnumerator(event))
         return bool(ready)
 
@@ -319,16 +363,11 @@ class WorkerHost:
     def _handle_loop(self) -> None:
         """The handler thread: takes what fetchers handed on through the same :class:`Delivery` as a pull
         stream (fenced splits dropped, records made as the caller would get them), one fetch batch at a time,
-        and reports the positions the handler returned from."""
+        and reports the positions the handler returned from (with a sink: once they committed)."""
         handler = self._handler
         batches = self._make_records is None
-        delivery = Delivery(
-            self._handoff,
-            self._make_records or _RECORDS,
-            self._tracker,
-            on_delivered=self._note_event_times if self._event_times is not None else None,
-            gather=1,
-        )
+        txn = self._txn
+        delivery = self._delivery()
         on_watermark = getattr(handler, "on_watermark", None)
         told: int | None = None
         stopped = self._stopping.is_set
@@ -337,6 +376,11 @@ class WorkerHost:
             if callable(open_hook):
                 open_hook(self._index)
             while not self._stopping.is_set():
+                if txn is not None and txn.due() and not self._commit():
+                    if not self._await_rewind():
+                        break
+                    delivery = self._delivery()
+                    continue
                 if callable(on_watermark) and self._watermark != told:
                     told = self._watermark
                     on_watermark(told)
@@ -349,22 +393,29 @@ class WorkerHost:
                     if chunks and self._stopping.is_set():
                         continue  # taken while stopping, not handled: its records come again
                     for chunk in chunks:
-                        handler(chunk)
+                        returned = handler(chunk)
+                        if txn is not None:
+                            txn.produce(returned)
                         n += len(chunk)
                 else:
                     records = delivery.records(wait, _ALL, stopped)
                     if records and self._stopping.is_set():
                         continue
                     if records:
-                        handler(records)
+                        returned = handler(records)
+                        if txn is not None:
+                            txn.produce(returned)
                     n = len(records)
                 changes = self._tracker.take_changes()
                 positions = {sid: pos for sid, pos in changes.items() if pos is not None}
                 with self._lock:
                     taken = self._handoff.taken
-                    if taken == self._handled and not positions:  # nothing came: report what was, then wait
-                        if self._unsent_positions:
+                    if taken == (self._handled if txn is None else txn.taken) and not positions:
+                        if self._unsent_positions:  # nothing came: report what was, then wait
                             self._flush_delivered_locked()
+                        continue
+                    if txn is not None:  # counted as handled once its transaction committed
+                        txn.add(positions, n, self._chunk_times, taken)
                         continue
                     self._records += n
                     self._unsent_locked(positions, n, self._chunk_times)
@@ -372,17 +423,98 @@ class WorkerHost:
                     released = self._release_deferred_locked()
                 if released:  # splits finished: the main loop looks at once whether all is read
                     self._inbox.put(None)
-        except DeserializationError as exc:  # policy "fail": bad data fails the run, whichever reader
+            if txn is not None and not self._failed:
+                self._commit()  # the last transaction, as the worker stops
+        except (DeserializationError, MultiClusterSourceError) as exc:
+            # bad data with policy "fail" (the same for every reader), a fenced or failed sink: the run fails
             self._failure("source", exc)
         except BaseException as exc:
             self._failure("handler", exc)
         finally:
+            if txn is not None:
+                txn.close()  # aborts what did not commit
             close_hook = getattr(handler, "close", None)
             if callable(close_hook):
                 try:
                     close_hook()
                 except Exception:
                     _log.exception("reader %d: the handler's close() failed", self._index)
+
+    def _delivery(self) -> Delivery:
+        """What the handler thread takes from (made again after a rewind, over the new hand-off)."""
+        return Delivery(
+            self._handoff,
+            self._make_records or _RECORDS,
+            self._tracker,
+            on_delivered=self._note_event_times if self._event_times is not None else None,
+            gather=1,
+        )
+
+    def _commit(self) -> bool:
+        """Commit the sink's transaction (handler thread); then report what it made durable and answer the
+        fences that waited. False when it aborted: the caller waits for the main loop to rewind."""
+        assert self._txn is not None
+        try:
+            done = self._txn.commit()
+        except TransactionAborted:
+            for request, positions, times in self._txn.aborted():
+                self._send(Fenced(request, positions, times))
+            self._rewound.clear()
+            self._rewind_wanted.set()
+            self._inbox.put(None)
+            return False
+        with self._lock:
+            self._records += done.records
+            if done.positions or done.records:
+                self._unsent_locked(done.positions, done.records, done.times)
+                self._flush_delivered_locked()
+            self._handled = max(self._handled, done.taken)
+            released = self._release_deferred_locked()
+        for request, positions, times in done.answers:
+            self._send(Fenced(request, positions, times))
+        if released:
+            self._inbox.put(None)
+        return True
+
+    def _await_rewind(self) -> bool:
+        """Wait (handler thread) until the main loop made a new reader at the committed positions; False when
+        the worker stops first."""
+        while not self._rewound.wait(0.05):
+            if self._stopping.is_set():
+                return False
+        return True
+
+    def _rewind(self, reader: SourceReader) -> SourceReader:
+        """The transaction aborted (main loop): drop the reader and everything fetched or handed out since
+        the last commit, and read every split of this worker again from its committed position."""
+        assert self._txn is not None
+        self._rewind_wanted.clear()
+        self._handoff.closed.set()
+        reader.close()
+        committed = self._txn.committed
+        with self._lock:
+            watched = self._tracker.watched
+            self._tracker = PositionTracker()
+            self._tracker.watch(sorted(watched))
+            self._handoff = _CountingHandoff(self._buffer_max_batches)
+            self._emitted = self._handled = 0
+            self._deferred = []
+            splits = [
+                dataclasses.replace(s, starting_offset=committed.get(sid, s.starting_offset))
+                for sid, s in self._splits.items()
+            ]
+            self._splits = {s.split_id: s for s in splits}
+        self._txn.assigned(splits)
+        on_topic_read = self._topic_read if self._track_topics else None
+        fresh = self._make_reader(self, on_topic_read)
+        fresh.start()
+        if splits:
+            fresh.add_splits(splits)
+        if self._no_more:
+            fresh.notify_no_more_splits()
+        _log.info("reader %d: reading %d splits again from where they committed", self._index, len(splits))
+        self._rewound.set()
+        return fresh
 
     def _note_event_times(
         self,

@@ -20,6 +20,10 @@ Shape of every runtime (``threads`` in :mod:`.transports._threads`, ``processes`
   and events are the framework's own frozen values), carried by a *transport*: queues for threads, one pipe
   per worker process, actor calls for Ray.
 
+With an exactly-once sink (``sink=``, :mod:`._worker_sink`), each worker commits its handler's results and
+its splits' positions in transactions of its own transactional id; the driver fences every slot's id and reads
+the positions before the first split is assigned, and fences a worker's id again before its splits move.
+
 A worker that dies is handled as a reader failure: the enumerator moves its splits to live readers, resuming
 each at the position the handlers returned from (at-least-once); the run goes on with one reader less, and
 fails when every reader is lost. A reader reports a split finished only after the handler returned from the
@@ -29,7 +33,7 @@ split's last batch, so a worker dying with batches still buffered never loses th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from multicluster_source.exceptions import ConfigurationError
@@ -38,7 +42,15 @@ from multicluster_source.runtime.core._factory import SourceFactory, validate_re
 from multicluster_source.runtime.core._messages import RUNTIMES, Handler, Transport
 from multicluster_source.runtime.push._control import RunControl, RunProgress, RunResult
 from multicluster_source.runtime.push._driver import Driver
+from multicluster_source.runtime.push._worker_sink import RunSink
 from multicluster_source.runtime.push.transports._threads import ThreadTransport
+from multicluster_source.sink._sink import ExactlyOnceKafkaSink
+from multicluster_source.sink._transactions import TransactionalSink
+from multicluster_source.sink._workers import open_run_sink
+
+DEFAULT_SINK_INTERVAL_S = 1.0
+"""Seconds between two commits of each worker of a run with an exactly-once sink and no
+``checkpoint_interval``."""
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -54,17 +66,18 @@ def _make_transport(
     racks: Mapping[int, str | None],
     options: dict[str, Any],
     batches: bool,
+    sink: RunSink | None,
 ) -> Transport:
     if runtime == "threads":
-        return ThreadTransport(source, handler, parallelism, racks, options, batches)
+        return ThreadTransport(source, handler, parallelism, racks, options, batches, sink)
     if runtime == "processes":
         from multicluster_source.runtime.push.transports._processes import ProcessTransport
 
-        return ProcessTransport(source, handler, parallelism, racks, options, batches)
+        return ProcessTransport(source, handler, parallelism, racks, options, batches, sink)
     if runtime == "ray":
         from multicluster_source.runtime.push.transports._ray import RayTransport
 
-        return RayTransport(source, handler, parallelism, racks, options, batches)
+        return RayTransport(source, handler, parallelism, racks, options, batches, sink)
     raise ConfigurationError(f"run(runtime=...): one of {', '.join(RUNTIMES)}, got {runtime!r}")
 
 
@@ -77,16 +90,21 @@ def run_source(
     checkpoint_dir: str | None = None,
     checkpoint_interval: float | None = None,
     registry: Any = None,
+    sink: ExactlyOnceKafkaSink | None = None,
+    sink_positions: Callable[[TransactionalSink], SourceFactory] | None = None,
     **options: Any,
 ) -> RunResult:
-    """``SourceFactory.run``: see its docstring and docs/guides/scale-out.md."""
+    """``SourceFactory.run``: see its docstring and docs/guides/scale-out.md. ``sink_positions(session)``:
+    the source that starts the splits a sink holds at their committed positions (with ``sink``)."""
     if not callable(handler):
         raise ConfigurationError("run(handler, ...): the handler must be callable(records)")
-    if "sink" in options:
-        raise ConfigurationError(
-            "run(sink=...): the push API does not take an exactly-once sink yet; open the source with "
-            "source.open(sink=..., ...) and write with stream.produce(...) (docs/guides/exactly-once.md)"
-        )
+    if sink is not None:
+        if not isinstance(sink, ExactlyOnceKafkaSink):
+            raise ConfigurationError(f"run(sink=...): an ExactlyOnceKafkaSink, got {type(sink).__name__}")
+        if sink_positions is None:
+            raise ConfigurationError(f"run(sink=...): source {source.name} cannot write to a sink")
+        if checkpoint_interval is None:
+            checkpoint_interval = DEFAULT_SINK_INTERVAL_S
     if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
         raise ConfigurationError(f"run(parallelism=...): must be an int >= 1, got {parallelism!r}")
     storage: CheckpointStorage | None = options.pop("checkpoint_storage", None)
@@ -98,7 +116,7 @@ def run_source(
     elif checkpoint_dir is not None:
         storage = DirectoryCheckpointStorage(checkpoint_dir)
     if checkpoint_interval is not None:
-        if storage is None:
+        if storage is None and sink is None:
             raise ConfigurationError(
                 "run(checkpoint_interval=...) needs checkpoint_dir or checkpoint_storage"
             )
@@ -126,8 +144,16 @@ def run_source(
     acquire = getattr(storage, "acquire", None)
     if callable(acquire):
         acquire(source.name)
+    session: TransactionalSink | None = None
+    run_sink: RunSink | None = None
     try:
-        transport = _make_transport(runtime, source, handler, parallelism, racks, options, batches)
+        if sink is not None:
+            assert sink_positions is not None and checkpoint_interval is not None
+            sink.check_interval(checkpoint_interval)
+            session = open_run_sink(sink, source.name, parallelism, checkpoint_interval)
+            source = sink_positions(session)
+            run_sink = RunSink(sink, checkpoint_interval)
+        transport = _make_transport(runtime, source, handler, parallelism, racks, options, batches, run_sink)
         driver = Driver(
             source,
             parallelism,
@@ -140,6 +166,7 @@ def run_source(
             stop_event=stop_event,
             startup_timeout=startup_timeout,
             stop_timeout=stop_timeout,
+            sink=session,
         )
         return driver.run()
     finally:

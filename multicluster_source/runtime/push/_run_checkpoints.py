@@ -9,6 +9,9 @@ enumerator's state; serializing, writing into the run's
 ``mcs-checkpoint-<source>``, one checkpoint after the other. A checkpoint holds exactly the positions of the
 ``Delivered`` messages the driver handled before it was taken (what the handlers returned from), whatever
 arrives while it is written.
+
+A run with an exactly-once sink and no storage still "takes" checkpoints, that write nothing: they commit the
+positions its workers committed with their results to the source clusters, for lag monitoring.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from multicluster_source.runtime.push._control import RunControl, RunProgress
 
 
 class RunCheckpoints:
-    """A push run's checkpoints into ``storage`` (none without one), counted on ``control``."""
+    """A push run's checkpoints into ``storage`` (none without one, unless ``offsets_only``: they then
+    only commit offsets), counted on ``control``."""
 
-    def __init__(self, name: str, storage: CheckpointStorage | None, control: RunControl) -> None:
+    def __init__(
+        self, name: str, storage: CheckpointStorage | None, control: RunControl, *, offsets_only: bool = False
+    ) -> None:
         self._name = name
         self._storage = storage
+        self._offsets_only = offsets_only
         self._progress = RunProgress(control)
         self._checkpointer: Checkpointer | None = None
         self.last_id = 0
@@ -39,7 +46,7 @@ class RunCheckpoints:
 
     def start(self, coordinator: Any, enumerator: Any, tracker: PositionTracker) -> None:
         """Checkpoints can be taken from now on (the enumerator runs on ``coordinator``)."""
-        if self._storage is not None:
+        if self._storage is not None or self._offsets_only:
             self._checkpointer = Checkpointer(self._name, coordinator, enumerator, tracker)
 
     def take(self, *, wait: bool = True, on_failure: Callable[[BaseException], None] | None = None) -> None:
@@ -63,8 +70,9 @@ class RunCheckpoints:
         if self._checkpointer is not None:
             self._checkpointer.close()
 
-    def _write(self, checkpoint_id: int, state: dict[str, Any], positions: dict[str, int]) -> str:
-        assert self._storage is not None  # on the checkpoint thread, one checkpoint after the other
+    def _write(self, checkpoint_id: int, state: dict[str, Any], positions: dict[str, int]) -> str | None:
+        if self._storage is None:  # offsets only: nothing to write
+            return None
         written = self._storage.write(checkpoint_id, self._name, state, positions)
         self.last_written = written
         self.written += 1

@@ -4,8 +4,10 @@ IDLE seconds.
 
 Usage: eos_job.py MODE SINK_BOOTSTRAP TXN_ID OUT_TOPIC CHECKPOINT_DIR CRASH IDLE ID=BOOTSTRAP/TOPIC ...
 
-MODE ``sink`` writes through an ExactlyOnceKafkaSink (transactional id TXN_ID); MODE ``plain`` writes with a
-plain producer and checkpoints to CHECKPOINT_DIR (at-least-once: the control). CRASH is ``none``, or
+MODE ``sink`` writes through an ExactlyOnceKafkaSink (transactional id TXN_ID); MODE ``run`` does the same
+with the push API (``source.run(handler, 2, sink=...)``, two worker threads, the handler returning the
+results); MODE ``plain`` writes with a plain producer and checkpoints to CHECKPOINT_DIR (at-least-once: the
+control). CRASH is ``none``, or
 ``STEP@N``: the process ends at once (``os._exit``, as a ``kill -9``) the Nth time the sink reaches STEP
 (see ``multicluster_source.sink._transactions.step_hook``); ``committing@N`` ends it 2 ms into the commit.
 In ``plain`` mode, ``produced@N`` ends it after the Nth poll's results were flushed, before its checkpoint.
@@ -26,6 +28,7 @@ from multicluster_source import (
     ExactlyOnceKafkaSink,
     KafkaStream,
     MultiClusterKafkaSource,
+    RunControl,
     StaticMetadataService,
 )
 from multicluster_source.sink import _transactions
@@ -87,6 +90,10 @@ def main() -> None:
                 for record in records:
                     stream.produce(out_topic, value=b"out:" + (record.value or b""))
                     handled += 1
+    elif mode == "run":
+        if crash != "none":
+            _crash_hook(step, int(at))
+        handled = _push_job(source, sink_bootstrap, txn_id, out_topic, checkpoint_dir, float(idle))
     else:
         producer = Producer({"bootstrap.servers": sink_bootstrap})
         polls = 0
@@ -108,6 +115,44 @@ def main() -> None:
                     os._exit(9)
                 stream.checkpoint()
     print(f"DONE {handled}", flush=True)
+
+
+def _push_job(
+    source: MultiClusterKafkaSource,
+    bootstrap: str,
+    txn_id: str,
+    out_topic: str,
+    checkpoint_dir: str,
+    idle: float,
+) -> int:
+    """``source.run`` with two worker threads into the sink; stopped once nothing came for ``idle`` seconds
+    after the first records."""
+    sink = ExactlyOnceKafkaSink(
+        {"bootstrap.servers": bootstrap}, transactional_id=txn_id, positions_topic=f"{txn_id}.positions"
+    )
+    control = RunControl()
+    lock = threading.Lock()
+    seen = {"last": 0.0, "n": 0}
+
+    def handler(records: list) -> list[tuple[str, bytes]]:
+        time.sleep(_PACE_S)
+        with lock:
+            seen["last"] = time.monotonic()
+            seen["n"] += len(records)
+        return [(out_topic, b"out:" + (r.value or b"")) for r in records]
+
+    def stop_when_idle() -> None:
+        while not control.wait_done(0.2):
+            with lock:
+                last = seen["last"]
+            if last and time.monotonic() - last >= idle:
+                control.stop()
+                return
+
+    threading.Thread(target=stop_when_idle, name="eos-job-idle", daemon=True).start()
+    print("READY", flush=True)
+    source.run(handler, 2, sink=sink, checkpoint_interval=0.3, checkpoint_dir=checkpoint_dir, control=control)
+    return seen["n"]
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from multicluster_source.runtime.core._messages import (
 )
 from multicluster_source.runtime.push._host import WorkerHost, record_maker
 from multicluster_source.runtime.push._push_watermarks import worker_event_times
+from multicluster_source.runtime.push._worker_sink import RunSink, worker_transactions
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -91,8 +92,10 @@ class ProcessTransport:
         racks: Mapping[int, str | None],
         options: dict[str, Any],
         batches: bool = False,
+        sink: RunSink | None = None,
     ) -> None:
         self._batches = batches
+        self._sink = sink
         self._start_method = str(options.pop("start_method", "spawn"))
         if self._start_method not in ("spawn", "forkserver", "fork"):
             raise ConfigurationError(
@@ -123,7 +126,16 @@ class ProcessTransport:
                 process = ctx.Process(
                     target=worker_main,
                     name=f"mcs-worker-{self._name}-{i}",
-                    args=(i, source, self._handler, child_end, self._racks.get(i), levels, self._batches),
+                    args=(
+                        i,
+                        source,
+                        self._handler,
+                        child_end,
+                        self._racks.get(i),
+                        levels,
+                        self._batches,
+                        self._sink,
+                    ),
                     daemon=True,
                 )
                 process.start()
@@ -237,6 +249,7 @@ def worker_main(
     rack: str | None,
     levels: dict[str, int],
     batches: bool = False,
+    sink: RunSink | None = None,
 ) -> None:
     """The body of worker process ``index``: run its reader until the parent says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -264,6 +277,7 @@ def worker_main(
         track_topics=source.options.topic_tracking_enable,
         make_records=record_maker(source, metrics, batches),
         event_times=worker_event_times(source, metrics),
+        transactions=worker_transactions(sink, index, source.name, metrics),
     )
     done = threading.Event()
 

@@ -48,6 +48,7 @@ from multicluster_source.runtime.core._messages import (
 )
 from multicluster_source.runtime.push._host import WorkerHost, record_maker
 from multicluster_source.runtime.push._push_watermarks import worker_event_times
+from multicluster_source.runtime.push._worker_sink import RunSink, worker_transactions
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
@@ -74,6 +75,7 @@ class ReaderActor:
         rack: str | None,
         rack_label: str | None,
         batches: bool = False,
+        sink: RunSink | None = None,
     ) -> None:
         ray = _ray()
         context = ray.get_runtime_context()
@@ -95,6 +97,7 @@ class ReaderActor:
             host_name=f"{socket.gethostname()} (ray node {self.node_id[:12]})",
             make_records=record_maker(source, metrics, batches),
             event_times=worker_event_times(source, metrics),
+            transactions=worker_transactions(sink, index, source.name, metrics),
         )
         self._next = 1
         self._held: dict[int, object] = {}
@@ -182,8 +185,10 @@ class RayTransport:
         racks: Mapping[int, str | None],
         options: dict[str, Any],
         batches: bool = False,
+        sink: RunSink | None = None,
     ) -> None:
         self._batches = batches
+        self._sink = sink
         self._ray = _ray()
         self._address: str | None = options.pop("ray_address", None)
         self._init_args = dict(options.pop("ray_init", None) or {})
@@ -230,7 +235,13 @@ class RayTransport:
         try:
             for i in range(self._parallelism):
                 actor = actor_class.options(**self._options_for(i)).remote(
-                    i, self._source, self._handler, self._racks.get(i), self._rack_label, self._batches
+                    i,
+                    self._source,
+                    self._handler,
+                    self._racks.get(i),
+                    self._rack_label,
+                    self._batches,
+                    self._sink,
                 )
                 self._links.append(_RayLink(actor))
         finally:

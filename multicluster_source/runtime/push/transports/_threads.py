@@ -15,6 +15,7 @@ from multicluster_source.runtime.core._factory import SourceFactory
 from multicluster_source.runtime.core._messages import Deliver, Handler, LinkLost, WorkerLink
 from multicluster_source.runtime.push._host import WorkerHost, record_maker
 from multicluster_source.runtime.push._push_watermarks import worker_event_times
+from multicluster_source.runtime.push._worker_sink import RunSink, worker_transactions
 
 _log = logging.getLogger("multicluster_source.push")
 
@@ -43,12 +44,14 @@ class ThreadTransport:
         racks: Mapping[int, str | None],
         options: dict[str, Any],
         batches: bool = False,
+        sink: RunSink | None = None,
     ) -> None:
         if options:
             raise ConfigurationError(f"run(runtime='threads'): unknown options {sorted(options)}")
         self._source = source
         self._handler = handler
         self._batches = batches
+        self._sink = sink
         self._parallelism = parallelism
         self._racks = dict(racks)
         self._threads: list[threading.Thread] = []
@@ -68,6 +71,7 @@ class ThreadTransport:
                 track_topics=source.options.topic_tracking_enable,
                 make_records=record_maker(source, metrics, self._batches),
                 event_times=worker_event_times(source, metrics),
+                transactions=worker_transactions(self._sink, i, source.name, metrics),
             )
             thread = threading.Thread(
                 target=self._run_host,

@@ -612,6 +612,6 @@ def test_scaling_benchmark_table_on_made_up_results() -> None:
     assert "| 2 | 200k [150k-250k] |" in table and "2.00x (raw 2.00x)" in table
 
 
-def test_run_refuses_a_sink_and_says_where_exactly_once_is() -> None:
-    with pytest.raises(ConfigurationError, match=r"open\(sink=\.\.\., \.\.\.\)"):
+def test_run_refuses_what_is_not_an_exactly_once_sink() -> None:
+    with pytest.raises(ConfigurationError, match=r"run\(sink=\.\.\.\): an ExactlyOnceKafkaSink, got object"):
         _source().run(_handler, sink=object())
