@@ -116,7 +116,7 @@ class MetricsRecorder:
                 entry[1] = lag
 
     def transaction(self, outcome: str, seconds: float, records: int, positions: int) -> None:
-        """Count one transaction of a push worker's exactly-once sink (see :meth:`SourceMetrics.transaction`)."""
+        """Count one transaction of a push worker's exactly-once sink (:meth:`SourceMetrics.transaction`)."""
         with self._lock:
             self._flush_locked()
             self._steps.append(("transaction", (outcome, seconds, records, positions)))

@@ -65,10 +65,6 @@ def _step(name: str) -> None:
         hook(name)
 
 
-def _in_error_state(err: Any) -> bool:
-    return bool(err.code() == KafkaError._STATE)
-
-
 def _fenced_codes() -> frozenset[int]:
     fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
     return frozenset((*fenced, KafkaError.TRANSACTION_COORDINATOR_FENCED))
@@ -240,10 +236,13 @@ class TransactionalSink:
             self._produce_waiting(topic, **kwargs)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            if err is not None and (err.fatal() or err.code() in _fenced_codes()):
+            if err is not None and err.code() == KafkaError._FATAL:  # the cause comes through error_cb
+                self._producer.poll(0)
+                err = self._fatal = self._fatal or err
+            if err is not None and (err.fatal() or err.code() in _fenced_codes() or err is self._fatal):
                 self._fatal = self._fatal or err
-                raise self._fatal_error(err) from exc
-            doomed = err is not None and (err.txn_requires_abort() or _in_error_state(err))
+                raise self._fatal_error(self._fatal) from exc
+            doomed = err is not None and (err.txn_requires_abort() or err.code() == KafkaError._STATE)
             if doomed and self._in_transaction:
                 # the transaction already failed (a result the sink refused): what is produced now would be
                 # aborted with it; the next commit point aborts it and rewinds, and this result comes again
@@ -391,7 +390,10 @@ class TransactionalSink:
         if self._fatal is None:
             self.abort()
         self._producer = self._send = None
-        producer.flush(5.0)
+        try:
+            producer.flush(5.0)
+        except KafkaException as exc:  # a fenced or failed producer: nothing of it can be sent anyway
+            _log.debug("source=%s: sink flush at close: %s", self._source, exc)
         del producer  # the last reference: the client is destroyed here
 
     def status(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -46,3 +47,17 @@ def read_output(cluster: Cluster, topic: str, *, committed: bool = True, idle_s:
         return out
     finally:
         consumer.close()
+
+
+class EchoResults:
+    """A push handler for ``run(..., sink=...)``: one result ``out:<value>`` to ``topic`` per record, after
+    ``delay_s`` a call (a module-level class: it goes to worker processes)."""
+
+    def __init__(self, topic: str, delay_s: float = 0.0) -> None:
+        self.topic = topic
+        self.delay_s = delay_s
+
+    def __call__(self, records: list[Any]) -> list[tuple[str, bytes]]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return [(self.topic, b"out:" + (r.value or b"")) for r in records]
