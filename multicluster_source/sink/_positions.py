@@ -39,6 +39,7 @@ __all__ = [
     "encode_position",
     "encode_workers",
     "ensure_positions_topic",
+    "make_positions_topic",
     "read_positions",
 ]
 
@@ -195,6 +196,20 @@ def ensure_positions_topic(
         raise ConfigurationError(f"positions topic {topic}: could not be created: {exc}") from exc
     _log.info("positions topic %s made (compacted, %d partitions)", topic, partitions)
     return True
+
+
+def make_positions_topic(connection: Mapping[str, str], sink: Any) -> bool:
+    """:func:`ensure_positions_topic` for ``sink`` (an ``ExactlyOnceKafkaSink``), with an admin client of its
+    own, closed before it returns."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(dict[str, str | int | float | bool](connection))
+    try:
+        return ensure_positions_topic(
+            admin, sink.positions_topic, sink.positions_partitions, sink.positions_replication_factor
+        )
+    finally:
+        del admin
 
 
 def read_positions(

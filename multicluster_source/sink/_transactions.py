@@ -34,7 +34,7 @@ from multicluster_source.sink._positions import (
     StoredPosition,
     consumer_properties,
     encode_position,
-    ensure_positions_topic,
+    make_positions_topic,
     read_positions,
 )
 from multicluster_source.sink._sink import ExactlyOnceKafkaSink
@@ -105,19 +105,12 @@ class TransactionalSink:
         fence earlier instances (``init_transactions``) and read the positions back. ``read=False`` (a push
         worker's sink: its driver made the topic and reads it) only fences."""
         from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient
 
         sink = self.sink
         sink.check_interval(checkpoint_interval)
         props = sink.resolved_properties()
         if read:
-            admin = AdminClient(dict[str, str | int | float | bool](consumer_properties(props)))
-            try:
-                ensure_positions_topic(
-                    admin, sink.positions_topic, sink.positions_partitions, sink.positions_replication_factor
-                )
-            finally:
-                del admin
+            make_positions_topic(consumer_properties(props), sink)
         self._producer = Producer(
             {
                 "client.id": f"mcs-sink-{self._source}",
@@ -159,11 +152,8 @@ class TransactionalSink:
 
     def expected_identities(self) -> dict[str, str]:
         """Cluster id -> the Kafka cluster id the stored positions of that cluster were written for."""
-        out: dict[str, str] = {}
-        for position in self.stored.values():
-            if position.kafka_cluster_id is not None:
-                out[position.cluster_id] = position.kafka_cluster_id
-        return out
+        stored = self.stored.values()
+        return {p.cluster_id: p.kafka_cluster_id for p in stored if p.kafka_cluster_id is not None}
 
     def _on_error(self, err: Any) -> None:
         if err.fatal():
@@ -182,7 +172,15 @@ class TransactionalSink:
 
     def _serve(self) -> None:
         self._since_serve = 0
-        self._producer.poll(0)
+        self._poll(0)
+
+    def _poll(self, timeout: float) -> None:
+        """Serve the producer; a fatal error (fenced) it raises is kept like one ``error_cb`` reports."""
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as exc:
+            if exc.args:
+                self._fatal = self._fatal or exc.args[0]
 
     def _fatal_error(self, err: Any) -> Exception:
         name = self.sink.transactional_id
@@ -237,7 +235,7 @@ class TransactionalSink:
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if err is not None and err.code() == KafkaError._FATAL:  # the cause comes through error_cb
-                self._producer.poll(0)
+                self._poll(0)
                 err = self._fatal = self._fatal or err
             if err is not None and (err.fatal() or err.code() in _fenced_codes() or err is self._fatal):
                 self._fatal = self._fatal or err
@@ -256,13 +254,14 @@ class TransactionalSink:
 
     def _produce_waiting(self, topic: str, **kwargs: Any) -> None:
         """``produce``, waiting while the producer's queue is full (it sends meanwhile)."""
-        producer = self._producer
-        while True:
+        while True:  # no local reference to the producer: a traceback kept by the caller would keep it alive
             try:
-                producer.produce(topic, **kwargs)
+                self._producer.produce(topic, **kwargs)
                 return
             except BufferError:
-                producer.poll(0.05)
+                self._poll(0.05)
+                if self._fatal is not None:
+                    raise KafkaException(self._fatal) from None
 
     # -------------------------------------------------------------------------------------- committing
 

@@ -144,3 +144,30 @@ def test_the_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tm
         b"total:order-1",
         b"total:order-2",
     ]
+
+
+def test_the_push_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    """The guide's push job, twice: two workers commit each result once; the second run writes nothing."""
+    _orders(kafka_cluster, tmp_path)
+    totals = kafka_cluster.create_topic("billing.totals", partitions=1)
+    job = unique_name("billing-run")
+    code = marked_block("exactly-once-run").code
+    for doc_value, test_value in {
+        "kafka-central:9092": kafka_cluster.bootstrap_servers,
+        '"billing.totals"': f'"{totals}"',
+        '"billing.positions"': f'"{job}.positions"',
+        'transactional_id="billing"': f'transactional_id="{job}"',
+    }.items():
+        assert doc_value in code, doc_value
+        code = code.replace(doc_value, test_value)
+    first = run_python(code, tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "3 results\n"
+    again = run_python(code, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "0 results\n"
+    assert sorted(read_output(kafka_cluster, totals)) == [
+        b"total:order-0",
+        b"total:order-1",
+        b"total:order-2",
+    ]
