@@ -21,7 +21,14 @@ from harness.cluster import Cluster
 from harness.eos import EchoResults, read_output
 from harness.runtimes import BackgroundRun
 from harness.scenario import builder, cluster_md, stream, wait_for
-from multicluster_source import ExactlyOnceKafkaSink, OffsetsInitializer, ProducerFencedError, RunControl
+from multicluster_source import (
+    ExactlyOnceKafkaSink,
+    FileMetadataService,
+    OffsetsInitializer,
+    ProducerFencedError,
+    RunControl,
+)
+from multicluster_source.testing import write_metadata_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -181,3 +188,46 @@ def test_a_second_run_with_the_same_transactional_id_fences_the_first(
     results = _results(central, out)
     assert not _twice(results), f"{len(_twice(results))} results twice, e.g. {sorted(_twice(results))[:5]}"
     assert results == _expected(600)
+
+
+def test_metadata_changes_under_a_push_run_repeat_and_lose_nothing(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    """A cluster added, a topic removed and added back while two workers produce: each result once, and the
+    re-added topic resumes where its worker's last transaction committed it."""
+    east, west, central = kafka_clusters(3)
+    te = east.create_topic("push-eos-meta-e", partitions=2)
+    tw = west.create_topic("push-eos-meta-w", partitions=2)
+    east.produce(te, [f"e-{i}".encode() for i in range(200)])
+    west.produce(tw, [f"w-{i}".encode() for i in range(200)])
+    path = tmp_path / "streams.yaml"
+    write_metadata_file(path, [stream("s", cluster_md(east, te))])
+    source = builder(FileMetadataService(path), stream_ids=["s"]).set_property(
+        "reader.batch.max.records", "20"
+    )
+    out = central.create_topic("push-eos-meta-out", partitions=1)
+    sink = _sink(central, f"push-eos-meta-{uuid.uuid4().hex[:6]}")
+    control = RunControl()
+    run = BackgroundRun(
+        source.build(), EchoResults(out, delay_s=0.02), 2, sink=sink, checkpoint_interval=0.3, control=control
+    )
+    try:
+        assert control.wait_running(120)
+        assert wait_for(lambda: control.records >= 100 or not run.alive, 60)
+        write_metadata_file(path, [stream("s", cluster_md(east, te), cluster_md(west, tw))])  # west added
+        assert wait_for(lambda: control.records >= 300 or not run.alive, 60)
+        write_metadata_file(path, [stream("s", cluster_md(east, te))])  # west's topic removed
+        east.produce(te, [f"e-{i}".encode() for i in range(200, 250)])
+        time.sleep(2)
+        west.produce(tw, [f"w-{i}".encode() for i in range(200, 230)])
+        write_metadata_file(path, [stream("s", cluster_md(east, te), cluster_md(west, tw))])  # re-added
+        assert wait_for(lambda: control.records >= 480 or not run.alive, 60), control.records
+        time.sleep(1)  # anything read twice would be handled by now
+    finally:
+        control.stop()
+        run.join()
+    want = Counter([f"out:e-{i}" for i in range(250)] + [f"out:w-{i}" for i in range(230)])
+    results = _results(central, out)
+    assert not _twice(results), f"{len(_twice(results))} results twice, e.g. {sorted(_twice(results))[:5]}"
+    assert results == want
+    assert control.records == 480

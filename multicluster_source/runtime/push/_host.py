@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from multicluster_source._clock import clock
-from multicluster_source.exceptions import DeserializationError, MultiClusterSourceError
+from multicluster_source.exceptions import DeserializationError, ProducerFencedError, SourceFailedError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
 from multicluster_source.framework._records import SourceRecord
@@ -425,7 +425,7 @@ class WorkerHost:
                     self._inbox.put(None)
             if txn is not None and not self._failed:
                 self._commit()  # the last transaction, as the worker stops
-        except (DeserializationError, MultiClusterSourceError) as exc:
+        except (DeserializationError, ProducerFencedError, SourceFailedError) as exc:
             # bad data with policy "fail" (the same for every reader), a fenced or failed sink: the run fails
             self._failure("source", exc)
         except BaseException as exc:
