@@ -534,3 +534,55 @@ def test_a_replica_handover_under_an_exactly_once_sink_writes_each_result_once(
     assert {h["mode"] for h in handovers} == {"identical"} and len(handovers) == 2, handovers
     results = Counter(v.decode() for v in read_output(central, out))
     assert results == Counter(f"out:{p}-{i}" for p in range(2) for i in range(300))
+
+
+def test_a_replica_handover_under_a_push_run_with_a_sink_writes_each_result_once(
+    kafka_clusters: Any, tmp_path: Path
+) -> None:
+    """``run(..., sink=...)`` with two workers: the origin's splits are fenced at their workers, whose answer
+    waits for the commit of what their handlers returned; the copy starts there: each result once."""
+    from harness.eos import EchoResults, read_output
+    from multicluster_source import ExactlyOnceKafkaSink
+
+    east, west, central = kafka_clusters(3)
+    topic, copy = _topics(east, west, 2)
+    _copy(east, west, topic, copy, 2, 0, 300)
+    path = write_metadata_file(
+        tmp_path / "streams.yaml", _streams(east, west, topic, copy, "identical", origin=True)
+    )
+    out = central.create_topic("replica-push-eos-out", partitions=1)
+    name = f"replica-push-eos-{uuid.uuid4().hex[:6]}"
+    sink = ExactlyOnceKafkaSink(
+        {"bootstrap.servers": central.bootstrap_servers}, transactional_id=name, positions_topic=f"{name}.pos"
+    )
+    registry, control = CollectorRegistry(), RunControl()
+    run = BackgroundRun(
+        _source(path),
+        EchoResults(out, delay_s=0.05),
+        2,
+        sink=sink,
+        checkpoint_interval=0.3,
+        control=control,
+        registry=registry,
+    )
+
+    def handovers() -> float:
+        return sum(
+            s.value
+            for family in registry.collect()
+            for s in family.samples
+            if s.name == "multicluster_source_handovers_total"
+        )
+
+    try:
+        assert wait_for(lambda: control.records >= 150 or not run.alive, 60), "the run did not start"
+        write_metadata_file(path, _streams(east, west, topic, copy, "identical", origin=False))
+        assert wait_for(lambda: handovers() == 2 or not run.alive, 30), handovers()
+        assert wait_for(lambda: control.records >= 600 or not run.alive, 60), control.records
+        time.sleep(1.0)  # nothing more may come
+    finally:
+        control.stop()
+        run.join()
+    results = Counter(v.decode() for v in read_output(central, out))
+    assert results == Counter(f"out:{p}-{i}" for p in range(2) for i in range(300))
+    assert control.records == 600
