@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -132,9 +133,9 @@ def _push_job(
     )
     control = RunControl()
     lock = threading.Lock()
-    seen = {"last": 0.0, "n": 0}
+    seen = {"last": 0.0, "n": 0.0}
 
-    def handler(records: list) -> list[tuple[str, bytes]]:
+    def handler(records: list[Any]) -> list[tuple[str, bytes]]:
         time.sleep(_PACE_S)
         with lock:
             seen["last"] = time.monotonic()
@@ -152,7 +153,7 @@ def _push_job(
     threading.Thread(target=stop_when_idle, name="eos-job-idle", daemon=True).start()
     print("READY", flush=True)
     source.run(handler, 2, sink=sink, checkpoint_interval=0.3, checkpoint_dir=checkpoint_dir, control=control)
-    return seen["n"]
+    return int(seen["n"])
 
 
 if __name__ == "__main__":

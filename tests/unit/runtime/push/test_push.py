@@ -614,4 +614,4 @@ def test_scaling_benchmark_table_on_made_up_results() -> None:
 
 def test_run_refuses_what_is_not_an_exactly_once_sink() -> None:
     with pytest.raises(ConfigurationError, match=r"run\(sink=\.\.\.\): an ExactlyOnceKafkaSink, got object"):
-        _source().run(_handler, sink=object())
+        _source().run(_handler, sink=object())  # type: ignore[arg-type]
