@@ -28,6 +28,7 @@ from multicluster_source.metadata._file import FileMetadataService, WatchedMetad
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._commits import GroupCommits
+from multicluster_source.spark._metrics import count_data_loss
 from multicluster_source.spark._offsets import (
     Range,
     backlog,
@@ -304,6 +305,7 @@ class Planner:
             if self._options.fail_on_data_loss:
                 raise DataLossError(message + "; set failOnDataLoss=false to skip them")
             _log.warning("%s: skipped (failOnDataLoss=false)", message)
+            count_data_loss(cid, parse_split_id(piece.split_id)[1], piece.size)
         out: list[tuple[Range, ClusterMetadata]] = []
         for piece in split_ranges(readable, self._options.min_partitions):
             cluster = self.cluster(parse_split_id(piece.split_id)[0])

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import KafkaError
 
 from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._clientconf import cluster_client_config
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._driver import DataLossError
+from multicluster_source.spark._metrics import count_data_loss
 
 __all__ = ["ROWS_PER_BATCH", "SplitRange", "arrow_schema", "read_range", "spark_schema"]
 
@@ -31,6 +33,8 @@ _log = logging.getLogger("multicluster_source.spark")
 
 ROWS_PER_BATCH = 10_000
 """Records per Arrow batch handed to Spark."""
+
+_OFFSET_RESET = KafkaError._AUTO_OFFSET_RESET
 
 _COLUMNS = (
     "cluster string, key binary, value binary, topic string, partition int, offset long, "
@@ -149,11 +153,14 @@ def _give_back(task: SplitRange, consumer: Any) -> None:
         old.close()
 
 
-def _lost(task: SplitRange, what: str) -> None:
-    message = f"split {task.split_id}: {what}"
+def _lost(task: SplitRange, first: int, end: int, why: str) -> None:
+    """Offsets ``first..end-1`` of the task's split are gone (``why``): an error with ``failOnDataLoss``,
+    else a warning and :data:`~multicluster_source.spark._metrics.DATA_LOSS` counted."""
+    message = f"split {task.split_id}: offsets {first}..{end - 1} {why}"
     if task.fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to go on without them")
     _log.warning("%s (failOnDataLoss=false: going on)", message)
+    count_data_loss(task.cluster_id, task.topic, end - first)
 
 
 class _Columns:
@@ -172,16 +179,39 @@ class _Columns:
         self.types: list[int | None] = []
         self.headers: list[list[dict[str, Any]] | None] = []
 
-    def add(self, message: Any) -> None:
-        kind, ms = message.timestamp()
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        self.times.append(ms * 1000 if kind else None)
-        self.types.append(kind - 1 if kind else None)
-        if self.task.include_headers:
-            pairs = message.headers()
-            self.headers.append([{"key": k, "value": v} for k, v in pairs] if pairs else None)
+    def take(self, messages: list[Any], end: int) -> tuple[int, Any]:
+        """Add the records of ``messages`` below offset ``end`` in order, passing over errors other than an
+        offset reset or a fatal one, where it stops: the offset after the last record added (``end`` once a
+        record at or past it is met, -1 when none) and the error it stopped at (``None``: none). One loop
+        with local names: this is the executor's per-record path."""
+        keys, values, offsets = self.keys.append, self.values.append, self.offsets.append
+        times, types = self.times.append, self.types.append
+        headers = self.headers.append if self.task.include_headers else None
+        after = -1
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == _OFFSET_RESET or error.fatal():
+                    return after, error
+                continue
+            offset = message.offset()
+            if offset >= end:
+                return end, None
+            kind, ms = message.timestamp()
+            keys(message.key())
+            values(message.value())
+            offsets(offset)
+            if kind:
+                times(ms * 1000)
+                types(kind - 1)
+            else:
+                times(None)
+                types(None)
+            if headers is not None:
+                pairs = message.headers()
+                headers([{"key": k, "value": v} for k, v in pairs] if pairs else None)
+            after = offset + 1
+        return after, None
 
     def batch(self) -> pa.RecordBatch:
         task, n = self.task, len(self.offsets)
@@ -215,7 +245,7 @@ def read_range(task: SplitRange) -> Iterator[pa.RecordBatch]:
 
 
 def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
     timeout = task.poll_timeout_ms / 1000.0
     low, high = consumer.get_watermark_offsets(
@@ -223,10 +253,10 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
     )
     start, end = task.start, task.end
     if start < low:
-        _lost(task, f"offsets {start}..{min(low, end) - 1} were deleted (retention) before they were read")
+        _lost(task, start, min(low, end), "were deleted (retention) before they were read")
         start = low
     if high < end:
-        _lost(task, f"offsets {max(high, start)}..{end - 1} are gone (the topic was deleted or truncated)")
+        _lost(task, max(high, start), end, "are gone (the topic was deleted or truncated)")
         end = high
     if start >= end:
         return
@@ -236,26 +266,14 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
     position = start
     while position < end:
         messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - position), timeout=0.5)
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    position = _skip_deleted(consumer, task, position, end)
-                    break
-                if error.fatal():
-                    raise MultiClusterSourceError(
-                        f"split {task.split_id}: the consumer failed: {error.str()}"
-                    )
-                continue
-            offset = message.offset()
-            if offset >= end:
-                position = end
-                break
-            columns.add(message)
-            position = offset + 1
+        after, error = columns.take(messages, end)
+        if after >= 0:
+            position = after
             last_progress = time.monotonic()
+        if error is not None:
+            if error.code() != _OFFSET_RESET:
+                raise MultiClusterSourceError(f"split {task.split_id}: the consumer failed: {error.str()}")
+            position = _skip_deleted(consumer, task, position, end)
         if position < end and not any(m.error() is None for m in messages):
             # a range may end with transaction markers or aborted records: no record, yet past the end
             position = max(position, _position(consumer, task))
@@ -278,10 +296,10 @@ def _skip_deleted(consumer: Any, task: SplitRange, position: int, end: int) -> i
     tp = TopicPartition(task.topic, task.partition)
     low, _high = consumer.get_watermark_offsets(tp, timeout=task.poll_timeout_ms / 1000.0, cached=False)
     if int(low) <= position:  # past the end of the partition: the topic was deleted or truncated
-        _lost(task, f"offsets {position}..{end - 1} are gone (the topic was deleted or truncated)")
+        _lost(task, position, end, "are gone (the topic was deleted or truncated)")
         return end
     resume = min(int(low), end)
-    _lost(task, f"offsets {position}..{resume - 1} were deleted (retention) while they were read")
+    _lost(task, position, resume, "were deleted (retention) while they were read")
     if resume < end:
         consumer.assign([TopicPartition(task.topic, task.partition, resume)])
     return resume
