@@ -139,6 +139,9 @@ def _consumer_for(task: SplitRange) -> Any:
             "auto.offset.reset": "error",
         },
     )
+    # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) whenever its local queue
+    # is over queued.min.messages: a task that drains faster than that would wait on it (as the reader does)
+    conf.setdefault("fetch.queue.backoff.ms", "10")
     conf.update(client_logging(task.cluster_id, "spark executor"))
     return Consumer(conf)
 
