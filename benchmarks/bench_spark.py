@@ -168,7 +168,12 @@ def _raw_read(split: Split, consumers: dict[str, Any]) -> int:
     consumer = consumers.get(cid)
     if consumer is None:
         consumer = consumers[cid] = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": "bench-spark-raw", "enable.auto.commit": False}
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench-spark-raw",
+                "enable.auto.commit": False,
+                "fetch.queue.backoff.ms": 10,  # as the source's executors set it
+            }
         )
     schema = _arrow_schema()
     consumer.assign([TopicPartition(topic, partition, start)])
@@ -369,7 +374,7 @@ def drain(df: Any, sink: str, where: Path) -> dict[str, Any]:
     from ``start()`` to the query's end."""
     writer = df.writeStream.trigger(availableNow=True).option("checkpointLocation", str(where / "ck"))
     writer = writer.format("noop") if sink == "noop" else writer.format("parquet").option("path", str(where))
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     query = writer.start()
     query.awaitTermination()
     seconds = time.perf_counter() - started
@@ -378,12 +383,15 @@ def drain(df: Any, sink: str, where: Path) -> dict[str, Any]:
     if sink == "parquet":
         rows = df.sparkSession.read.parquet(str(where)).count()
     batches = [p for p in progress if int(p["numInputRows"]) > 0]
+    batch_ms = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in batches)
     return {
         "rows": rows,
         "seconds": round(seconds, 3),
         "rows_per_s": round(rows / seconds),
         "micro_batches": len(batches),
-        "batch_ms": sum(int(p["durationMs"].get("triggerExecution", 0)) for p in batches),
+        "batch_ms": batch_ms,
+        "rows_per_s_in_batches": round(rows / (batch_ms / 1000)) if batch_ms else None,
+        "before_first_batch_s": round(_epoch(progress[0]["timestamp"]) - started_at, 3) if progress else None,
     }
 
 
@@ -640,6 +648,9 @@ def summarize(result: dict[str, Any]) -> None:
         ours, builtin = result[sink]["ours"]["rows_per_s"], result[sink]["built-in"]["rows_per_s"]
         ratios[f"{sink}_ours_over_builtin"] = _ratio(ours, builtin)
         ratios[f"{sink}_ours_over_cap"] = _ratio(ours, cap)
+    for sink in ("noop", "parquet"):
+        ours, builtin = (result[sink][s]["rows_per_s_in_batches"] for s in ("ours", "built-in"))
+        ratios[f"{sink}_ours_over_builtin_in_batches"] = _ratio(ours, builtin)
     ratios["reader_wo_spark_over_cap"] = _ratio(result["caps"]["ours w/o Spark"]["rows_per_s"], cap)
     result["ratios"] = ratios
 
