@@ -12,16 +12,19 @@ import atexit
 import logging
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._clientconf import cluster_client_config
+from multicluster_source.framework._columns import column_builder
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._driver import DataLossError
@@ -166,30 +169,31 @@ def _lost(task: SplitRange, first: int, end: int, why: str) -> None:
     count_data_loss(task.cluster_id, task.topic, end - first)
 
 
-class _Columns:
-    """Rows gathered for the next Arrow batch."""
+_error: Any = Message.error
+_offset: Any = Message.offset
+_timestamp: Any = Message.timestamp
+_kind = itemgetter(0)
+
+
+class _Batches:
+    """The record messages of a range gathered for the next Arrow batch, which the library's column builder
+    makes (one C-level pass per column, as ``poll_columns()``), in Spark's column order and types."""
 
     def __init__(self, task: SplitRange) -> None:
         self.task = task
         self.schema = arrow_schema(task.include_headers)
-        self.clear()
-
-    def clear(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.times: list[int | None] = []
-        self.types: list[int | None] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
+        self.build = column_builder(task.include_headers)
+        self.pending: list[Any] = []
 
     def take(self, messages: list[Any], end: int) -> tuple[int, Any]:
         """Add the records of ``messages`` below offset ``end`` in order, passing over errors other than an
         offset reset or a fatal one, where it stops: the offset after the last record added (``end`` once a
-        record at or past it is met, -1 when none) and the error it stopped at (``None``: none). One loop
-        with local names: this is the executor's per-record path."""
-        keys, values, offsets = self.keys.append, self.values.append, self.offsets.append
-        times, types = self.times.append, self.types.append
-        headers = self.headers.append if self.task.include_headers else None
+        record at or past it is met, -1 when none) and the error it stopped at (``None``: none)."""
+        if messages and not any(map(_error, messages)):  # the usual call: records only, C-level checks
+            last = messages[-1].offset()
+            if last < end:
+                self.pending += messages
+                return last + 1, None
         after = -1
         for message in messages:
             error = message.error()
@@ -200,39 +204,33 @@ class _Columns:
             offset = message.offset()
             if offset >= end:
                 return end, None
-            kind, ms = message.timestamp()
-            keys(message.key())
-            values(message.value())
-            offsets(offset)
-            if kind:
-                times(ms * 1000)
-                types(kind - 1)
-            else:
-                times(None)
-                types(None)
-            if headers is not None:
-                pairs = message.headers()
-                headers([{"key": k, "value": v} for k, v in pairs] if pairs else None)
+            self.pending.append(message)
             after = offset + 1
         return after, None
 
     def batch(self) -> pa.RecordBatch:
-        task, n = self.task, len(self.offsets)
-        arrays = [
-            pa.array([task.cluster_id] * n, pa.string()),
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.array([task.topic] * n, pa.string()),
-            pa.array([task.partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.times, pa.timestamp("us", tz="UTC")),
-            pa.array(self.types, pa.int32()),
+        """The pending records as one batch of :func:`arrow_schema` (and none pending after)."""
+        task, messages = self.task, self.pending
+        self.pending = []
+        made = self.build(task.cluster_id, messages, (task.topic, task.partition))
+        kinds = array("q", map(_kind, map(_timestamp, messages)))  # 0 none, 1 CreateTime, 2 LogAppendTime
+        if min(kinds) == max(kinds):
+            types = pa.repeat(pa.scalar(kinds[0] - 1 if kinds[0] else None, pa.int32()), len(kinds))
+        else:
+            types = pa.array([k - 1 if k else None for k in kinds], pa.int32())
+        columns = [
+            made.column("cluster"),
+            made.column("key"),
+            made.column("value"),
+            made.column("topic"),
+            made.column("partition"),
+            made.column("offset"),
+            made.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+            types,
         ]
         if task.include_headers:
-            arrays.append(pa.array(self.headers, self.schema.field("headers").type))
-        out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self.clear()
-        return out
+            columns.append(made.column("headers"))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 def read_range(task: SplitRange) -> Iterator[pa.RecordBatch]:
@@ -264,7 +262,7 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
     if start >= end:
         return
     consumer.assign([TopicPartition(task.topic, task.partition, start)])
-    columns = _Columns(task)
+    columns = _Batches(task)
     last_progress = time.monotonic()
     position = start
     while position < end:
@@ -285,9 +283,9 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
                     f"split {task.split_id}: no record in {timeout:.0f} s at offset {position} of "
                     f"{task.start}..{task.end - 1} (kafkaConsumer.pollTimeoutMs)"
                 )
-        if len(columns.offsets) >= ROWS_PER_BATCH:
+        if len(columns.pending) >= ROWS_PER_BATCH:
             yield columns.batch()
-    if columns.offsets:
+    if columns.pending:
         yield columns.batch()
 
 
