@@ -47,6 +47,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +161,12 @@ def _arrow_schema() -> Any:
 
 
 def _raw_read(split: Split, consumers: dict[str, Any]) -> int:
-    """The raw loop over one split's range: ``consume`` into lists, an Arrow batch every 10,000 rows."""
+    """The raw loop over one split's range: ``consume``, and every 10,000 records an Arrow batch of the
+    source's schema made the fastest way Python has (one ``list(map(...))`` of the client's methods per
+    column, no Python frame per record)."""
     import pyarrow as pa
-    from confluent_kafka import Consumer, TopicPartition
+    import pyarrow.compute as pc
+    from confluent_kafka import Consumer, Message, TopicPartition
 
     cid, bootstrap, topic, partition, start, end = split
     consumer = consumers.get(cid)
@@ -176,47 +180,41 @@ def _raw_read(split: Split, consumers: dict[str, Any]) -> int:
             }
         )
     schema = _arrow_schema()
+    stamp, millis = pa.timestamp("us", tz="UTC"), pa.timestamp("ms", tz="UTC")
+    kind_of, ms_of = itemgetter(0), itemgetter(1)
     consumer.assign([TopicPartition(topic, partition, start)])
     rows, position = 0, start
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    times: list[int] = []
-    types: list[int] = []
+    pending: list[Any] = []
 
     def flush() -> pa.RecordBatch:
-        n = len(offsets)
+        n = len(pending)
+        stamps = list(map(Message.timestamp, pending))
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array([cid] * n, pa.string()),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array([topic] * n, pa.string()),
-                pa.array([partition] * n, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(times, pa.timestamp("us", tz="UTC")),
-                pa.array(types, pa.int32()),
+                pa.repeat(pa.scalar(cid, pa.string()), n),
+                pa.array(list(map(Message.key, pending)), pa.binary()),
+                pa.array(list(map(Message.value, pending)), pa.binary()),
+                pa.repeat(pa.scalar(topic, pa.string()), n),
+                pa.repeat(pa.scalar(partition, pa.int32()), n),
+                pa.array(list(map(Message.offset, pending)), pa.int64()),
+                pa.array(list(map(ms_of, stamps)), pa.int64()).view(millis).cast(stamp),
+                pc.subtract(pa.array(list(map(kind_of, stamps)), pa.int32()), 1),
             ],
             schema=schema,
         )
-        for column in (keys, values, offsets, times, types):
-            column.clear()
+        pending.clear()
         return batch
 
     while position < end:
-        for message in consumer.consume(min(ROWS_PER_BATCH, end - position), timeout=1.0):
-            if message.error() is not None:
-                continue
-            kind, ms = message.timestamp()
-            keys.append(message.key())
-            values.append(message.value())
-            offset = message.offset()
-            assert offset is not None
-            offsets.append(offset)
-            times.append(ms * 1000)
-            types.append(kind - 1)
-            position = offset + 1
-        if len(offsets) >= ROWS_PER_BATCH or (offsets and position >= end):
+        records = consumer.consume(min(ROWS_PER_BATCH, end - position), timeout=1.0)
+        if any(map(Message.error, records)):  # end-of-partition events
+            records = [m for m in records if m.error() is None]
+        if records:
+            pending += records
+            last = records[-1].offset()
+            assert last is not None
+            position = last + 1
+        if len(pending) >= ROWS_PER_BATCH or (pending and position >= end):
             rows += flush().num_rows
     consumer.unassign()
     return rows
