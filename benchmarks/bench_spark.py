@@ -46,7 +46,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -266,6 +266,65 @@ def run_cap(kind: str, splits: Sequence[Split]) -> dict[str, Any]:
         proc.join(30)
     seconds = max(r[1] for r in results) - min(r[0] for r in results)
     rows = sum(r[2] for r in results)
+    return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
+
+
+# ------------------------------------------------------------------------------ a Python source's ceiling
+
+
+def _replay_source(rows: int, tasks: int) -> Any:
+    """A Python data source (no Kafka, none of the library) whose ``tasks`` partitions yield ``rows`` rows
+    in all, as the same 10,000-row Arrow batches of the source's schema made once per task: what Spark's
+    Python data source path (a Python worker per task, the Arrow hand-over to the JVM, the rows there) lets
+    any Python source reach on these cores."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class ReplayReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(rows // tasks) for _ in range(tasks)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            import pyarrow as pa
+
+            n, step = int(partition.value), ROWS_PER_BATCH
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.repeat(pa.scalar("east", pa.string()), step),
+                    pa.array([str(i).encode() for i in range(step)], pa.binary()),
+                    pa.array([VALUE] * step, pa.binary()),
+                    pa.repeat(pa.scalar("spark-bench", pa.string()), step),
+                    pa.repeat(pa.scalar(0, pa.int32()), step),
+                    pa.array(range(step), pa.int64()),
+                    pa.array([1_700_000_000_000_000] * step, pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar(0, pa.int32()), step),
+                ],
+                schema=_arrow_schema(),
+            )
+            for first in range(0, n, step):
+                yield batch.slice(0, min(step, n - first))
+
+    class ReplaySource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-arrow-replay"
+
+        def schema(self) -> str:
+            return (
+                "cluster string, key binary, value binary, topic string, partition int, offset long, "
+                "timestamp timestamp, timestampType int"
+            )
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return ReplayReader()
+
+    return ReplaySource
+
+
+def spark_python_ceiling(spark: Any, rows: int, tasks: int) -> dict[str, Any]:
+    """Rows a second of :func:`_replay_source` read by ``spark.read`` into the ``noop`` sink."""
+    started = time.perf_counter()
+    spark.read.format("bench-arrow-replay").load().write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - started
     return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
 
 
@@ -610,6 +669,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             args.partitions,
             lambda cid: by_cluster[cid].create_topic("spark-add", partitions=args.partitions),
         )
+        spark.dataSource.register(_replay_source(per_cluster * 2, len(splits)))
+        spark_python_ceiling(spark, per_cluster * 2, len(splits))  # warm-up
+        result["spark_python_ceiling"] = _median_run(
+            [spark_python_ceiling(spark, per_cluster * 2, len(splits)) for _ in range(args.repeats)]
+        )
+        ceiling = result["spark_python_ceiling"]["rows_per_s"]
+        print(f"a Python source in Spark (no Kafka) {ceiling:,} rows/s", flush=True)
         ids = sorted(clusters)
         # one untimed run a side first: the JVM's and the Python workers' warm-up
         for side in SIDES:
@@ -649,6 +715,9 @@ def summarize(result: dict[str, Any]) -> None:
     for sink in ("noop", "parquet"):
         ours, builtin = (result[sink][s]["rows_per_s_in_batches"] for s in ("ours", "built-in"))
         ratios[f"{sink}_ours_over_builtin_in_batches"] = _ratio(ours, builtin)
+    ceiling = result["spark_python_ceiling"]["rows_per_s"]
+    ratios["spark_python_ceiling_rows_per_s"] = ceiling
+    ratios["noop_ours_over_spark_python_ceiling"] = _ratio(result["noop"]["ours"]["rows_per_s"], ceiling)
     ratios["reader_wo_spark_over_cap"] = _ratio(result["caps"]["ours w/o Spark"]["rows_per_s"], cap)
     result["ratios"] = ratios
 
@@ -662,6 +731,7 @@ def report(result: dict[str, Any]) -> None:
         print(f"{side:28} {noop:>14,} {parquet:>14,}")
     for kind, cap in result["caps"].items():
         print(f"{'cap: ' + kind:28} {cap['rows_per_s']:>14,}")
+    print(f"{'ceiling: Python in Spark':28} {result['spark_python_ceiling']['rows_per_s']:>14,}")
     print("ratios:", json.dumps(result["ratios"]))
     print("\nlatency:")
     for side, lat in result["latency"].items():
