@@ -28,6 +28,7 @@ from multicluster_source.metadata._file import FileMetadataService, WatchedMetad
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._commits import GroupCommits
+from multicluster_source.spark._metrics import count_data_loss
 from multicluster_source.spark._offsets import (
     Range,
     backlog,
@@ -211,6 +212,31 @@ class Planner:
         )
         return encode_offset(positions)
 
+    def bounded(self) -> list[tuple[Range, ClusterMetadata]]:
+        """The ranges of a batch read (``spark.read``): from ``startingOffsets`` to ``endingOffsets``
+        (``latest`` when not given) of every split of the metadata now; a cluster that does not answer
+        fails the read. A split whose end is not after its start reads nothing."""
+        start = self.initial()
+        ending = self._options.ending
+        explicit = ending.explicit if ending is not None else {}
+        end: dict[str, int] = {}
+        for cid, cluster in sorted(self._clusters.items()):
+            try:
+                ids = {make_split_id(cid, t, p): (t, p) for t, p in self.partitions_of(cluster)}
+                latest = [tp for key, tp in ids.items() if explicit.get(key, LATEST) == LATEST]
+                end.update(self.offsets(cluster, "latest", latest))
+                end.update({k: v for k, v in explicit.items() if k in ids and v >= 0})
+            except MultiClusterSourceError:
+                raise
+            except Exception as exc:
+                raise MultiClusterSourceError(
+                    f"cluster {cid}: cannot resolve endingOffsets: {type(exc).__name__}: {exc}"
+                ) from exc
+        unknown = sorted(set(explicit) - set(end))
+        if unknown:
+            _log.warning("endingOffsets: no such split in the subscribed streams: %s", ", ".join(unknown))
+        return self.plan(start, end)
+
     def prepare_available_now(self, start: Mapping[str, int]) -> None:
         """Fix the end of a ``Trigger.AvailableNow`` run: every split's latest offset now."""
         target: dict[str, int] = {}
@@ -304,6 +330,7 @@ class Planner:
             if self._options.fail_on_data_loss:
                 raise DataLossError(message + "; set failOnDataLoss=false to skip them")
             _log.warning("%s: skipped (failOnDataLoss=false)", message)
+            count_data_loss(cid, parse_split_id(piece.split_id)[1], piece.size)
         out: list[tuple[Range, ClusterMetadata]] = []
         for piece in split_ranges(readable, self._options.min_partitions):
             cluster = self.cluster(parse_split_id(piece.split_id)[0])

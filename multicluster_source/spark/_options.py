@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from multicluster_source.exceptions import ConfigurationError
@@ -18,7 +18,15 @@ from multicluster_source.framework._clientprops import validate_client_propertie
 from multicluster_source.framework._split import parse_split_id
 from multicluster_source.metadata._configmap import DEFAULT_KEY
 
-__all__ = ["FORMAT", "OPTION_NAMES", "SparkOptions", "StartingOffsets", "parse_options"]
+__all__ = [
+    "FORMAT",
+    "OPTION_NAMES",
+    "SparkOptions",
+    "StartingOffsets",
+    "for_batch",
+    "for_streaming",
+    "parse_options",
+]
 
 FORMAT = "multicluster-kafka"
 """The format name :func:`multicluster_source.spark.register` registers."""
@@ -32,6 +40,7 @@ OPTION_NAMES = (
     "metadataConfigMapKey",
     "streamIds",
     "startingOffsets",
+    "endingOffsets",
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
@@ -57,7 +66,8 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d":
 @dataclass(frozen=True)
 class StartingOffsets:
     """Where a new query starts: ``earliest``, ``latest``, or per split (``-2`` earliest, ``-1`` latest);
-    splits left out of the map start at the earliest offset (as in Spark's Kafka source)."""
+    splits left out of the map start at the earliest offset (as in Spark's Kafka source). Also where a batch
+    read ends (``endingOffsets``: ``latest`` or per split, ``-1`` latest; splits left out end at latest)."""
 
     kind: Literal["earliest", "latest", "explicit"]
     explicit: Mapping[str, int] = field(default_factory=dict)
@@ -73,6 +83,8 @@ class SparkOptions:
     """``metadataConfigMapKey`` when the metadata is a mounted ConfigMap (``metadataConfigMap``)."""
     stream_ids: tuple[str, ...]
     starting: StartingOffsets
+    ending: StartingOffsets | None
+    """``endingOffsets`` (batch reads only), ``None`` when not given."""
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
@@ -164,6 +176,22 @@ def parse_starting_offsets(raw: str | None) -> StartingOffsets:
     return StartingOffsets("explicit", dict(sorted(explicit.items())))
 
 
+def parse_ending_offsets(raw: str | None) -> StartingOffsets | None:
+    """``endingOffsets`` (batch reads): ``latest`` or a JSON object of split id to offset, ``-1`` meaning
+    latest (``earliest`` and ``-2`` are refused, as in Spark's Kafka source); ``None`` when absent."""
+    if raw is None:
+        return None
+    try:
+        ending = parse_starting_offsets(raw)
+    except ConfigurationError as exc:
+        raise ConfigurationError(str(exc).replace("startingOffsets", "endingOffsets")) from None
+    if ending.kind == "earliest" or EARLIEST in ending.explicit.values():
+        raise ConfigurationError(
+            f"option endingOffsets: earliest (-2) cannot end a batch read, got {raw!r} (latest, -1, offsets)"
+        )
+    return ending
+
+
 def client_properties(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.``-prefixed options without the prefix (placeholders kept as written)."""
     out: dict[str, str] = {}
@@ -203,6 +231,7 @@ def parse_options(options: Mapping[str, str]) -> SparkOptions:
         metadata_key=key,
         stream_ids=stream_ids,
         starting=parse_starting_offsets(_get(options, "startingOffsets")),
+        ending=parse_ending_offsets(_get(options, "endingOffsets")),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
         max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", "15m"),
@@ -214,3 +243,24 @@ def parse_options(options: Mapping[str, str]) -> SparkOptions:
         group_id_prefix=(_get(options, "groupIdPrefix") or "spark-multicluster-kafka").strip(),
         poll_timeout_ms=poll_timeout if poll_timeout is not None else 120_000,
     )
+
+
+def for_batch(parsed: SparkOptions, options: Mapping[str, str]) -> SparkOptions:
+    """The options of a batch read (``spark.read``), as Spark's Kafka source has them: ``startingOffsets``
+    defaults to ``earliest`` and may not be ``latest`` (nor ``-1``), ``endingOffsets`` defaults to
+    ``latest``."""
+    if _get(options, "startingOffsets") is None:
+        parsed = replace(parsed, starting=StartingOffsets("earliest"))
+    starting = parsed.starting
+    if starting.kind == "latest" or LATEST in starting.explicit.values():
+        raise ConfigurationError(
+            "option startingOffsets: a batch read cannot start at latest (-1): earliest, or offsets"
+        )
+    return parsed if parsed.ending is not None else replace(parsed, ending=StartingOffsets("latest"))
+
+
+def for_streaming(parsed: SparkOptions) -> SparkOptions:
+    """The options of a streaming query: ``endingOffsets`` is refused (a batch read's option)."""
+    if parsed.ending is not None:
+        raise ConfigurationError("option endingOffsets is for batch reads (spark.read), not for streaming")
+    return parsed

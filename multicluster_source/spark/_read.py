@@ -12,18 +12,23 @@ import atexit
 import logging
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import KafkaError, Message
 
 from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._clientconf import cluster_client_config
+from multicluster_source.framework._columns import column_builder
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._driver import DataLossError
+from multicluster_source.spark._metrics import count_data_loss
 
 __all__ = ["ROWS_PER_BATCH", "SplitRange", "arrow_schema", "read_range", "spark_schema"]
 
@@ -31,6 +36,8 @@ _log = logging.getLogger("multicluster_source.spark")
 
 ROWS_PER_BATCH = 10_000
 """Records per Arrow batch handed to Spark."""
+
+_OFFSET_RESET = KafkaError._AUTO_OFFSET_RESET
 
 _COLUMNS = (
     "cluster string, key binary, value binary, topic string, partition int, offset long, "
@@ -135,6 +142,9 @@ def _consumer_for(task: SplitRange) -> Any:
             "auto.offset.reset": "error",
         },
     )
+    # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) whenever its local queue
+    # is over queued.min.messages: a task that drains faster than that would wait on it (as the reader does)
+    conf.setdefault("fetch.queue.backoff.ms", "10")
     conf.update(client_logging(task.cluster_id, "spark executor"))
     return Consumer(conf)
 
@@ -149,57 +159,78 @@ def _give_back(task: SplitRange, consumer: Any) -> None:
         old.close()
 
 
-def _lost(task: SplitRange, what: str) -> None:
-    message = f"split {task.split_id}: {what}"
+def _lost(task: SplitRange, first: int, end: int, why: str) -> None:
+    """Offsets ``first..end-1`` of the task's split are gone (``why``): an error with ``failOnDataLoss``,
+    else a warning and :data:`~multicluster_source.spark._metrics.DATA_LOSS` counted."""
+    message = f"split {task.split_id}: offsets {first}..{end - 1} {why}"
     if task.fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to go on without them")
     _log.warning("%s (failOnDataLoss=false: going on)", message)
+    count_data_loss(task.cluster_id, task.topic, end - first)
 
 
-class _Columns:
-    """Rows gathered for the next Arrow batch."""
+_error: Any = Message.error
+_offset: Any = Message.offset
+_timestamp: Any = Message.timestamp
+_kind = itemgetter(0)
+
+
+class _Batches:
+    """The record messages of a range gathered for the next Arrow batch, which the library's column builder
+    makes (one C-level pass per column, as ``poll_columns()``), in Spark's column order and types."""
 
     def __init__(self, task: SplitRange) -> None:
         self.task = task
         self.schema = arrow_schema(task.include_headers)
-        self.clear()
+        self.build = column_builder(task.include_headers)
+        self.pending: list[Any] = []
 
-    def clear(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.times: list[int | None] = []
-        self.types: list[int | None] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
-
-    def add(self, message: Any) -> None:
-        kind, ms = message.timestamp()
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        self.times.append(ms * 1000 if kind else None)
-        self.types.append(kind - 1 if kind else None)
-        if self.task.include_headers:
-            pairs = message.headers()
-            self.headers.append([{"key": k, "value": v} for k, v in pairs] if pairs else None)
+    def take(self, messages: list[Any], end: int) -> tuple[int, Any]:
+        """Add the records of ``messages`` below offset ``end`` in order, passing over errors other than an
+        offset reset or a fatal one, where it stops: the offset after the last record added (``end`` once a
+        record at or past it is met, -1 when none) and the error it stopped at (``None``: none)."""
+        if messages and not any(map(_error, messages)):  # the usual call: records only, C-level checks
+            last = messages[-1].offset()
+            if last < end:
+                self.pending += messages
+                return last + 1, None
+        after = -1
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == _OFFSET_RESET or error.fatal():
+                    return after, error
+                continue
+            offset = message.offset()
+            if offset >= end:
+                return end, None
+            self.pending.append(message)
+            after = offset + 1
+        return after, None
 
     def batch(self) -> pa.RecordBatch:
-        task, n = self.task, len(self.offsets)
-        arrays = [
-            pa.array([task.cluster_id] * n, pa.string()),
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.array([task.topic] * n, pa.string()),
-            pa.array([task.partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.times, pa.timestamp("us", tz="UTC")),
-            pa.array(self.types, pa.int32()),
+        """The pending records as one batch of :func:`arrow_schema` (and none pending after)."""
+        task, messages = self.task, self.pending
+        self.pending = []
+        made = self.build(task.cluster_id, messages, (task.topic, task.partition))
+        kinds = array("q", map(_kind, map(_timestamp, messages)))  # 0 none, 1 CreateTime, 2 LogAppendTime
+        if min(kinds) == max(kinds):
+            types = pa.repeat(pa.scalar(kinds[0] - 1 if kinds[0] else None, pa.int32()), len(kinds))
+        else:
+            types = pa.array([k - 1 if k else None for k in kinds], pa.int32())
+        columns = [
+            made.column("cluster"),
+            made.column("key"),
+            made.column("value"),
+            made.column("topic"),
+            made.column("partition"),
+            made.column("offset"),
+            made.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+            types,
         ]
         if task.include_headers:
-            arrays.append(pa.array(self.headers, self.schema.field("headers").type))
-        out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self.clear()
-        return out
+            columns.append(made.column("headers"))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 def read_range(task: SplitRange) -> Iterator[pa.RecordBatch]:
@@ -215,7 +246,7 @@ def read_range(task: SplitRange) -> Iterator[pa.RecordBatch]:
 
 
 def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
     timeout = task.poll_timeout_ms / 1000.0
     low, high = consumer.get_watermark_offsets(
@@ -223,39 +254,27 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
     )
     start, end = task.start, task.end
     if start < low:
-        _lost(task, f"offsets {start}..{min(low, end) - 1} were deleted (retention) before they were read")
+        _lost(task, start, min(low, end), "were deleted (retention) before they were read")
         start = low
     if high < end:
-        _lost(task, f"offsets {max(high, start)}..{end - 1} are gone (the topic was deleted or truncated)")
+        _lost(task, max(high, start), end, "are gone (the topic was deleted or truncated)")
         end = high
     if start >= end:
         return
     consumer.assign([TopicPartition(task.topic, task.partition, start)])
-    columns = _Columns(task)
+    columns = _Batches(task)
     last_progress = time.monotonic()
     position = start
     while position < end:
         messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - position), timeout=0.5)
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    position = _skip_deleted(consumer, task, position, end)
-                    break
-                if error.fatal():
-                    raise MultiClusterSourceError(
-                        f"split {task.split_id}: the consumer failed: {error.str()}"
-                    )
-                continue
-            offset = message.offset()
-            if offset >= end:
-                position = end
-                break
-            columns.add(message)
-            position = offset + 1
+        after, error = columns.take(messages, end)
+        if after >= 0:
+            position = after
             last_progress = time.monotonic()
+        if error is not None:
+            if error.code() != _OFFSET_RESET:
+                raise MultiClusterSourceError(f"split {task.split_id}: the consumer failed: {error.str()}")
+            position = _skip_deleted(consumer, task, position, end)
         if position < end and not any(m.error() is None for m in messages):
             # a range may end with transaction markers or aborted records: no record, yet past the end
             position = max(position, _position(consumer, task))
@@ -264,9 +283,9 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
                     f"split {task.split_id}: no record in {timeout:.0f} s at offset {position} of "
                     f"{task.start}..{task.end - 1} (kafkaConsumer.pollTimeoutMs)"
                 )
-        if len(columns.offsets) >= ROWS_PER_BATCH:
+        if len(columns.pending) >= ROWS_PER_BATCH:
             yield columns.batch()
-    if columns.offsets:
+    if columns.pending:
         yield columns.batch()
 
 
@@ -278,10 +297,10 @@ def _skip_deleted(consumer: Any, task: SplitRange, position: int, end: int) -> i
     tp = TopicPartition(task.topic, task.partition)
     low, _high = consumer.get_watermark_offsets(tp, timeout=task.poll_timeout_ms / 1000.0, cached=False)
     if int(low) <= position:  # past the end of the partition: the topic was deleted or truncated
-        _lost(task, f"offsets {position}..{end - 1} are gone (the topic was deleted or truncated)")
+        _lost(task, position, end, "are gone (the topic was deleted or truncated)")
         return end
     resume = min(int(low), end)
-    _lost(task, f"offsets {position}..{resume - 1} were deleted (retention) while they were read")
+    _lost(task, position, resume, "were deleted (retention) while they were read")
     if resume < end:
         consumer.assign([TopicPartition(task.topic, task.partition, resume)])
     return resume

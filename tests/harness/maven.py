@@ -1,6 +1,7 @@
 """Apache Kafka's jars for the tests, fetched from Maven Central into a cache outside the repository
 (``$MCS_KAFKA_CACHE``, default ``~/.cache/multicluster-source``): the broker's with ``kafka-pom.xml``,
-MirrorMaker 2's with ``mm2-pom.xml``."""
+MirrorMaker 2's with ``mm2-pom.xml``, Spark's own Kafka source (for the Spark benchmark) with
+``spark-kafka-pom.xml``."""
 
 from __future__ import annotations
 
@@ -18,15 +19,20 @@ CACHE_ENV = "MCS_KAFKA_CACHE"
 
 MM2_MAIN_JAR = f"connect-mirror-{KAFKA_VERSION}.jar"
 
+SPARK_KAFKA_VERSION = "4.2.0"
+"""Spark's Kafka source (``spark-sql-kafka-0-10_2.13``): the newest Maven Central has."""
+SPARK_KAFKA_MAIN_JAR = f"spark-sql-kafka-0-10_2.13-{SPARK_KAFKA_VERSION}.jar"
+
 _POM = Path(__file__).with_name("kafka-pom.xml")
 _MM2_POM = Path(__file__).with_name("mm2-pom.xml")
+_SPARK_KAFKA_POM = Path(__file__).with_name("spark-kafka-pom.xml")
 
 
-def kafka_cache_dir(kind: str = "kafka") -> Path:
-    """Where the jars of :data:`KAFKA_VERSION` are cached (``$MCS_KAFKA_CACHE``/<kind>-<version>; kind
-    ``kafka`` for the broker, ``mm2`` for MirrorMaker 2)."""
+def kafka_cache_dir(kind: str = "kafka", version: str = KAFKA_VERSION) -> Path:
+    """Where the jars of ``version`` are cached (``$MCS_KAFKA_CACHE``/<kind>-<version>; kind ``kafka`` for
+    the broker, ``mm2`` for MirrorMaker 2, ``spark-kafka`` for Spark's Kafka source)."""
     base = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "multicluster-source")
-    return Path(base).expanduser() / f"{kind}-{KAFKA_VERSION}"
+    return Path(base).expanduser() / f"{kind}-{version}"
 
 
 _fetch_lock = threading.Lock()
@@ -47,8 +53,18 @@ def ensure_mm2_libs(timeout: float = 900.0) -> Path:
     return _ensure_libs("mm2", _MM2_POM, MM2_MAIN_JAR, timeout)
 
 
-def _ensure_libs(kind: str, pom: Path, main_jar: str, timeout: float) -> Path:
-    cache = kafka_cache_dir(kind)
+def ensure_spark_kafka_libs(timeout: float = 900.0) -> list[Path]:
+    """Return the jars of Spark's own Kafka source (:data:`SPARK_KAFKA_VERSION`, with kafka-clients,
+    commons-pool2 and the token provider; pyspark ships the rest), fetched like :func:`ensure_kafka_libs`:
+    what ``spark.jars`` of a session needs for ``format("kafka")``."""
+    libs = _ensure_libs(
+        "spark-kafka", _SPARK_KAFKA_POM, SPARK_KAFKA_MAIN_JAR, timeout, version=SPARK_KAFKA_VERSION
+    )
+    return sorted(libs.glob("*.jar"))
+
+
+def _ensure_libs(kind: str, pom: Path, main_jar: str, timeout: float, version: str = KAFKA_VERSION) -> Path:
+    cache = kafka_cache_dir(kind, version)
     libs, marker = cache / "libs", cache / "COMPLETE"
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()
 

@@ -235,6 +235,37 @@ def test_starting_offsets_as_json(spark: Any, kafka_cluster: Cluster, tmp_path: 
     assert _values(rows) == Counter([b"p0-3", b"p0-4", b"o-0", b"o-1", b"o-2"])
 
 
+def test_a_batch_read_between_starting_and_ending_offsets_of_two_clusters(
+    spark: Any, kafka_clusters: Callable[[int], list[Cluster]], tmp_path: Path
+) -> None:
+    east, west = kafka_clusters(2)
+    ta = east.create_topic("spark-batch", partitions=2)
+    tb = west.create_topic("spark-batch", partitions=1)
+    sent = east.produce_n(ta, 20, partitions=2, prefix="e") + west.produce_n(tb, 6, partitions=1, prefix="w")
+    metadata = write_metadata_file(
+        tmp_path / "streams.yaml", [stream("s", cluster_md(east, ta), cluster_md(west, tb))]
+    )
+
+    def read(**options: str) -> list[Any]:
+        reader = spark.read.format("multicluster-kafka").option("metadataFile", str(metadata))
+        for key, value in {"streamIds": "s", **options}.items():
+            reader = reader.option(key, value)
+        return list(reader.load().collect())
+
+    # by default from the earliest to the latest offsets
+    rows = read()
+    assert _values(rows) == _expected(sent)
+    assert max(_positions(rows).values()) == 1
+    # offsets 5..7 of one partition, the other from its start to its end, west's first 3
+    e0, w0 = f"{east.cluster_id}/{ta}/0", f"{west.cluster_id}/{tb}/0"
+    rows = read(startingOffsets=json.dumps({e0: 5, w0: -2}), endingOffsets=json.dumps({e0: 8, w0: 3}))
+    east_0 = [value for part, value in sent if part == 0 and value.startswith(b"e")][5:8]
+    east_1 = [value for part, value in sent if part == 1]
+    assert _values(rows) == Counter([*east_0, *east_1, b"w-0", b"w-1", b"w-2"])
+    with pytest.raises(Exception, match="startingOffsets: a batch read cannot start at latest"):
+        read(startingOffsets="latest")
+
+
 def test_bad_options_name_the_option(spark: Any, kafka_cluster: Cluster, tmp_path: Path) -> None:
     topic = kafka_cluster.create_topic("spark-bad", partitions=1)
     metadata = write_metadata_file(tmp_path / "streams.yaml", [stream("s", cluster_md(kafka_cluster, topic))])

@@ -223,3 +223,33 @@ def test_record_costs_runs_without_brokers(capsys: pytest.CaptureFixture[str]) -
     assert bench_record_costs.main(["--batch", "20", "--number", "2"]) == 0
     out = capsys.readouterr().out
     assert "value bytes" in out and "without it" in out
+
+
+def test_spark_bench_audit_ratios_and_report_on_made_up_results(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_spark
+
+    log = bench_spark.BatchLog(positions=True)
+    log.seen.update([("east", 0, 0), ("east", 0, 1), ("east", 0, 1), ("west", 0, 0)])
+    audit = bench_spark._audit(log, {"east": {0: 3}, "west": {0: 1}})
+    assert audit == {"rows": 4, "read_twice": 1, "skipped": 1}  # east/0/1 twice, east/0/2 never
+
+    def side(rate: int) -> dict[str, Any]:
+        return {"rows_per_s": rate, "rows_per_s_in_batches": rate * 2}
+
+    result: dict[str, Any] = {
+        "records": 100,
+        "partitions_per_cluster": 2,
+        "noop": {"built-in": side(1000), "ours": side(800)},
+        "parquet": {"built-in": side(500), "ours": side(450)},
+        "caps": {"raw": {"rows_per_s": 2000}, "ours w/o Spark": {"rows_per_s": 1800}},
+        "spark_python_ceiling": {"rows_per_s": 4000},
+        "latency": {"ours": {"latency_p50_ms": 1.0}},
+        "added_cluster": [{"variant": "ours", "read_twice": 0}],
+    }
+    bench_spark.summarize(result)
+    assert result["ratios"]["noop_ours_over_builtin"] == 0.8
+    assert result["ratios"]["parquet_ours_over_cap"] == 0.225
+    assert result["ratios"]["reader_wo_spark_over_cap"] == 0.9
+    assert result["ratios"]["noop_ours_over_spark_python_ceiling"] == 0.2
+    bench_spark.report(result)
+    assert "ceiling: Python in Spark" in capsys.readouterr().out

@@ -11,7 +11,7 @@ import pytest
 
 import multicluster_source.spark as spark_package
 from multicluster_source.exceptions import ConfigurationError
-from multicluster_source.spark._options import parse_options, parse_starting_offsets
+from multicluster_source.spark._options import for_batch, for_streaming, parse_options, parse_starting_offsets
 
 BASE = {"metadataFile": "/etc/streams.yaml", "streamIds": "orders, payments"}
 
@@ -95,3 +95,35 @@ def test_trigger_options_take_sparks_durations() -> None:
         {**BASE, "minOffsetsPerTrigger": "5", "minPartitions": "4", "commitGroupId": " lag "}
     )
     assert (parsed.min_offsets_per_trigger, parsed.min_partitions, parsed.commit_group_id) == (5, 4, "lag")
+
+
+def test_a_batch_read_starts_at_earliest_and_ends_at_latest_unless_told() -> None:
+    batch = for_batch(parse_options(BASE), BASE)
+    assert (batch.starting.kind, batch.ending and batch.ending.kind) == ("earliest", "latest")
+    told = {**BASE, "startingOffsets": '{"east/o/0": 5}', "endingOffsets": '{"east/o/0": 9, "west/o/1": -1}'}
+    batch = for_batch(parse_options(told), told)
+    assert dict(batch.starting.explicit) == {"east/o/0": 5}
+    assert batch.ending is not None and dict(batch.ending.explicit) == {"east/o/0": 9, "west/o/1": -1}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets: a batch read cannot start at latest"),
+        ({"startingOffsets": '{"e/o/0": -1}'}, "startingOffsets: a batch read cannot start at latest"),
+        ({"endingOffsets": "earliest"}, "endingOffsets: earliest"),
+        ({"endingOffsets": '{"e/o/0": -2}'}, "endingOffsets: earliest"),
+        ({"endingOffsets": '{"nope": 3}'}, "endingOffsets: key 'nope'"),
+    ],
+)
+def test_batch_offsets_spark_refuses_are_refused_naming_the_option(
+    options: dict[str, str], message: str
+) -> None:
+    raw = {**BASE, **options}
+    with pytest.raises(ConfigurationError, match=message):
+        for_batch(parse_options(raw), raw)
+
+
+def test_ending_offsets_are_refused_for_streaming() -> None:
+    with pytest.raises(ConfigurationError, match="endingOffsets is for batch reads"):
+        for_streaming(parse_options({**BASE, "endingOffsets": "latest"}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from multicluster_source.spark import _read
 from multicluster_source.spark._driver import DataLossError
@@ -13,27 +13,20 @@ from multicluster_source.spark._read import SplitRange, arrow_schema
 from multicluster_source.spark._read import _read as read_with
 
 
-class _Message:
-    def __init__(self, offset: int, error: KafkaError | None = None, headers: Any = None) -> None:
-        self._offset, self._error, self._headers = offset, error, headers
-
-    def error(self) -> KafkaError | None:
-        return self._error
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return None if self._offset % 2 else f"k{self._offset}".encode()
-
-    def value(self) -> bytes:
-        return f"v{self._offset}".encode()
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000 + self._offset)
-
-    def headers(self) -> Any:
-        return self._headers
+def _message(offset: int, error: KafkaError | None = None, headers: Any = None) -> Message:
+    """A client message of partition ``orders/0`` (a real one: the column builder calls the client's
+    methods), or an error event."""
+    if error is not None:
+        return Message(topic="orders", partition=0, error=error)
+    return Message(
+        topic="orders",
+        partition=0,
+        offset=offset,
+        key=None if offset % 2 else f"k{offset}".encode(),
+        value=f"v{offset}".encode(),
+        headers=headers,
+        timestamp=(1, 1_700_000_000_000 + offset),
+    )
 
 
 class _PartitionLog:
@@ -55,14 +48,14 @@ class _PartitionLog:
         self.consumes += 1
         assert self.consumes < 100, "the read did not end"
         if self.at < self.low:
-            return [_Message(-1, KafkaError(KafkaError._AUTO_OFFSET_RESET))]
-        out = [_Message(o, headers=[("h", b"x")] if o == 0 else None) for o in self.offsets if o >= self.at]
-        out = [m for m in out if m.offset() < self.stable][:num_messages]
+            return [_message(-1, KafkaError(KafkaError._AUTO_OFFSET_RESET))]
+        taken = [o for o in self.offsets if self.at <= o < self.stable][:num_messages]
+        out = [_message(o, headers=[("h", b"x")] if o == 0 else None) for o in taken]
         if out:
-            self.at = out[-1].offset() + 1
+            self.at = taken[-1] + 1
         else:
             self.at = self.stable
-            out = [_Message(-1, KafkaError(KafkaError._PARTITION_EOF))]
+            out = [_message(-1, KafkaError(KafkaError._PARTITION_EOF))]
         if self.deleted_to is not None:
             self.low, self.deleted_to = self.deleted_to, None
         return out
