@@ -118,18 +118,18 @@ def test_the_metadata_topic_session_prints_what_the_guide_shows(
     assert done.stdout.splitlines() == ["['orders']", "set()"]
 
 
-def test_the_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tmp_path: Path) -> None:
-    """The guide's job, twice: the second run starts after what the first committed and writes nothing."""
-    _orders(kafka_cluster, tmp_path)
-    totals = kafka_cluster.create_topic("billing.totals", partitions=1)
-    job = unique_name("billing")
-    code = marked_block("exactly-once").code
+def _billing_twice(cluster: Cluster, tmp_path: Path, block: str, job: str, more: dict[str, str]) -> None:
+    """The guide's billing job (block ``block``), twice: 3 results, then none (it starts after what the
+    first run committed); the output holds each total once."""
+    _orders(cluster, tmp_path)
+    totals = cluster.create_topic("billing.totals", partitions=1)
+    code = marked_block(block).code
     for doc_value, test_value in {
-        "kafka-central:9092": kafka_cluster.bootstrap_servers,
+        "kafka-central:9092": cluster.bootstrap_servers,
         '"billing.totals"': f'"{totals}"',
         '"billing.positions"': f'"{job}.positions"',
         'transactional_id="billing"': f'transactional_id="{job}"',
-        "timeout=5.0": "timeout=3.0",
+        **more,
     }.items():
         assert doc_value in code, doc_value
         code = code.replace(doc_value, test_value)
@@ -139,35 +139,16 @@ def test_the_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tm
     again = run_python(code, tmp_path)
     assert again.returncode == 0, again.stderr
     assert again.stdout == "0 results\n"
-    assert sorted(read_output(kafka_cluster, totals)) == [
-        b"total:order-0",
-        b"total:order-1",
-        b"total:order-2",
-    ]
+    assert sorted(read_output(cluster, totals)) == [b"total:order-0", b"total:order-1", b"total:order-2"]
+
+
+def test_the_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tmp_path: Path) -> None:
+    """The guide's job, twice: the second run starts after what the first committed and writes nothing."""
+    _billing_twice(
+        kafka_cluster, tmp_path, "exactly-once", unique_name("billing"), {"timeout=5.0": "timeout=3.0"}
+    )
 
 
 def test_the_push_exactly_once_job_writes_each_result_once(kafka_cluster: Cluster, tmp_path: Path) -> None:
     """The guide's push job, twice: two workers commit each result once; the second run writes nothing."""
-    _orders(kafka_cluster, tmp_path)
-    totals = kafka_cluster.create_topic("billing.totals", partitions=1)
-    job = unique_name("billing-run")
-    code = marked_block("exactly-once-run").code
-    for doc_value, test_value in {
-        "kafka-central:9092": kafka_cluster.bootstrap_servers,
-        '"billing.totals"': f'"{totals}"',
-        '"billing.positions"': f'"{job}.positions"',
-        'transactional_id="billing"': f'transactional_id="{job}"',
-    }.items():
-        assert doc_value in code, doc_value
-        code = code.replace(doc_value, test_value)
-    first = run_python(code, tmp_path)
-    assert first.returncode == 0, first.stderr
-    assert first.stdout == "3 results\n"
-    again = run_python(code, tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == "0 results\n"
-    assert sorted(read_output(kafka_cluster, totals)) == [
-        b"total:order-0",
-        b"total:order-1",
-        b"total:order-2",
-    ]
+    _billing_twice(kafka_cluster, tmp_path, "exactly-once-run", unique_name("billing-run"), {})
