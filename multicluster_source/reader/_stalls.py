@@ -6,8 +6,12 @@ and #4804, a partition stuck on the internal broker) and a pause that outlives `
 waits for ever with no error. Each lag interval, on the fetch thread, :class:`StallWatch` looks at the splits
 whose position has not moved for ``reader.stall.timeout.ms`` and that are not held back on purpose (watermark
 alignment); for those it asks the broker for the partition's end (not the client's cached high watermark,
-which a partition that is not fetched never updates), unless the client's own position is past the split's
-(transaction markers, which it never returns). A split with records beyond its position is *stalled*:
+which a partition that is not fetched never updates). A split with records beyond its position is *stalled*,
+also when the client's own position is past the split's: the client stepped over what it never returns
+(transaction markers), which is no stall only when nothing lies beyond the client's position either; with
+records beyond it for a whole timeout, the client took messages that never reached the split (a chaos soak
+saw three partitions stand still for 150 s after their broker came back from a pause, with no stall
+reported). A stalled split
 it is logged with the cluster id, counted in ``multicluster_source_stalled_partitions_total{cluster}``, shown
 in the reader's ``status()``, and the fetcher re-creates its consumer at every split's position (a new client
 has none of the old one's fetch state or pauses). A split that stalls again is handled again, no sooner than
@@ -72,40 +76,44 @@ class StallWatch:
         stalled: list[str] = []
         for key, p, still in candidates[:_ASK_AT_MOST]:
             self._seen[key] = (p.next_offset, now)  # asked: the next look is a timeout later
-            if self._client_moved_on(consumer, key, p.next_offset):
-                continue  # past what it never returns (transaction markers): fetching, not stalled
             end = self._end(consumer, key)
             if end is None or end <= p.next_offset:
                 continue  # nothing beyond the position: idle, not stalled
+            client = self._client_position(consumer, key)
+            if client is not None and client > p.next_offset and end <= client:
+                continue  # past what it never returns (transaction markers) with nothing beyond: idle
             stalled.append(p.split_id)
             self.total += 1
             self.last[p.split_id] = {
                 "position": p.next_offset,
+                "client_position": client,
                 "end": end,
                 "still_s": round(still, 1),
                 "at": time.time(),
             }
             _log.warning(
                 "cluster=%s: %s stalled: position %d has not moved for %.0f s while the broker has records "
-                "up to %d; the consumer is made again at its position",
+                "up to %d (the client's position: %s); the consumer is made again at its position",
                 self._cluster_id,
                 p.split_id,
                 p.next_offset,
                 still,
                 end,
+                client,
             )
             self._metrics.stalled_partition(self._cluster_id)
         return stalled
 
     @staticmethod
-    def _client_moved_on(consumer: Any, key: tuple[str, int], offset: int) -> bool:
+    def _client_position(consumer: Any, key: tuple[str, int]) -> int | None:
+        """The offset the client returns next of ``key`` (None: unknown)."""
         from confluent_kafka import TopicPartition
 
         try:
             [tp] = consumer.position([TopicPartition(*key)])
         except Exception:
-            return False
-        return bool(tp.offset is not None and tp.offset > offset)
+            return None
+        return int(tp.offset) if tp.offset is not None and tp.offset >= 0 else None
 
     def _end(self, consumer: Any, key: tuple[str, int]) -> int | None:
         from confluent_kafka import TopicPartition

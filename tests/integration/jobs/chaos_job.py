@@ -2,14 +2,17 @@
 checkpoints and appends every record it received to a file, one line per record
 (``cluster<TAB>topic<TAB>partition<TAB>offset<TAB>value<TAB>time``, the wall-clock time of the poll), with one unbuffered write per poll before the
 next poll (where the periodic checkpoint happens), so a ``kill -9`` loses no line a checkpoint covers.
-Warnings (offset resets among them) go to stderr.
+Warnings (offset resets among them) go to stderr; ``SIGUSR1`` writes every thread's stack there (the soak
+sends it before it ends a job whose partitions stand still, so that a stall shows where each thread was).
 Usage: chaos_job.py METADATA_FILE CHECKPOINT_DIR OUT_FILE GROUP CHECKPOINT_INTERVAL
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -19,6 +22,7 @@ from multicluster_source import FileMetadataService, MultiClusterKafkaSource
 def main() -> None:
     metadata, checkpoint_dir, out, group, interval = sys.argv[1:6]
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     source = (
         MultiClusterKafkaSource.builder()
         .set_kafka_metadata_service(FileMetadataService(metadata, poll_interval=0.5))

@@ -117,6 +117,19 @@ def test_idle_held_and_moved_on_partitions_are_not_stalls() -> None:
     assert counted.stalls == []
 
 
+def test_a_client_past_the_position_with_records_beyond_its_own_is_a_stall() -> None:
+    """The client's position ran ahead of the split's (messages taken that never reached it) and records
+    lie beyond the client's position too: not transaction markers at the end, a stall."""
+    counted = _Count()
+    with use(ManualClock()) as manual:
+        watch = StallWatch("east", 0.01, counted)
+    ahead = _Client(end=10, stuck=True, position=6)
+    watch.check(ahead, _progress(4), set())
+    manual.advance(0.02)
+    assert watch.check(ahead, _progress(4), set()) == ["east/t/0"]
+    assert watch.last["east/t/0"]["client_position"] == 6 and counted.stalls == ["east"]
+
+
 def test_a_stalled_fetcher_makes_its_consumer_again_at_the_position_and_reads_on() -> None:
     registry = CollectorRegistry()
     metrics = SourceMetrics(registry, "s")
