@@ -82,7 +82,8 @@ class ClusterFetcher:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._outstanding: set[str] = set()
-        self.stalls = StallWatch(cluster_id, settings.stall_timeout_s, settings.metrics)
+        second = lambda: settings.consumer_factory(conf)  # noqa: E731  (asked when the consumer cannot)
+        self.stalls = StallWatch(cluster_id, settings.stall_timeout_s, settings.metrics, second_client=second)
         """The stall watchdog (its ``total`` and ``last`` are read by ``status()`` from other threads)."""
         self._progress: dict[tuple[str, int], SplitProgress] = {}
         self._split_hint: tuple[str | None, bool] = (None, False)  # kafka_event_times(topic=, ends_only=)

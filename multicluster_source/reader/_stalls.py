@@ -11,7 +11,10 @@ also when the client's own position is past the split's: the client stepped over
 (transaction markers), which is no stall only when nothing lies beyond the client's position either; with
 records beyond it for a whole timeout, the client took messages that never reached the split (a chaos soak
 saw three partitions stand still for 150 s after their broker came back from a pause, with no stall
-reported). A stalled split
+reported). When the client cannot even tell the partition's end (librdkafka's issue #4804: after a broker
+came back, a client may keep a partition on its internal broker, with no connection that fetches or answers
+for it), a short-lived second client asks: if it gets an answer with records beyond the position, the split
+is stalled; if it gets none either, the broker is down, which is no stall. A stalled split
 it is logged with the cluster id, counted in ``multicluster_source_stalled_partitions_total{cluster}``, shown
 in the reader's ``status()``, and the fetcher re-creates its consumer at every split's position (a new client
 has none of the old one's fetch state or pauses). A split that stalls again is handled again, no sooner than
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from multicluster_source._clock import clock
@@ -40,10 +43,18 @@ class StallWatch:
     """Finds stalled splits of one fetcher (fetch thread only)."""
 
     def __init__(
-        self, cluster_id: str, timeout_s: float | None, metrics: Any, ask_timeout_s: float = 5.0
+        self,
+        cluster_id: str,
+        timeout_s: float | None,
+        metrics: Any,
+        ask_timeout_s: float = 5.0,
+        second_client: Callable[[], Any] | None = None,
     ) -> None:
-        """``timeout_s``: how long a position may stand still with records beyond it; None: never checked."""
+        """``timeout_s``: how long a position may stand still with records beyond it; None: never checked.
+        ``second_client()``: a new client of the same cluster, asked (and closed) when the fetcher's own
+        cannot tell a partition's end."""
         self._cluster_id = cluster_id
+        self._second_client = second_client
         self._clock = clock()  # the one clock of periodic work (tests drive a ManualClock)
         self._timeout_s = timeout_s
         self._metrics = metrics
@@ -74,35 +85,70 @@ class StallWatch:
         if len(seen) > len(progress):
             self._seen = {key: v for key, v in seen.items() if key in progress}
         stalled: list[str] = []
+        unanswered: list[tuple[tuple[str, int], Any, float]] = []
         for key, p, still in candidates[:_ASK_AT_MOST]:
             self._seen[key] = (p.next_offset, now)  # asked: the next look is a timeout later
             end = self._end(consumer, key)
-            if end is None or end <= p.next_offset:
+            if end is None:
+                unanswered.append((key, p, still))
+                continue
+            if end <= p.next_offset:
                 continue  # nothing beyond the position: idle, not stalled
             client = self._client_position(consumer, key)
             if client is not None and client > p.next_offset and end <= client:
                 continue  # past what it never returns (transaction markers) with nothing beyond: idle
-            stalled.append(p.split_id)
-            self.total += 1
-            self.last[p.split_id] = {
-                "position": p.next_offset,
-                "client_position": client,
-                "end": end,
-                "still_s": round(still, 1),
-                "at": time.time(),
-            }
-            _log.warning(
-                "cluster=%s: %s stalled: position %d has not moved for %.0f s while the broker has records "
-                "up to %d (the client's position: %s); the consumer is made again at its position",
-                self._cluster_id,
-                p.split_id,
-                p.next_offset,
-                still,
-                end,
-                client,
-            )
-            self._metrics.stalled_partition(self._cluster_id)
+            self._stalled(stalled, p, end, still, f"the client's position: {client}")
+        if unanswered and self._second_client is not None:
+            self._ask_another_client(unanswered, stalled)
         return stalled
+
+    def _ask_another_client(
+        self, unanswered: list[tuple[tuple[str, int], Any, float]], stalled: list[str]
+    ) -> None:
+        """The fetcher's client did not tell these partitions' ends: a new client asks, the first of them
+        first (no answer there either: the broker is down, none is a stall)."""
+        assert self._second_client is not None
+        try:
+            other = self._second_client()
+        except Exception as exc:
+            _log.debug("cluster=%s: a second client could not be made: %s", self._cluster_id, exc)
+            return
+        try:
+            for key, p, still in unanswered:
+                end = self._end(other, key)
+                if end is None:
+                    return  # the broker does not answer another client either: down, not stalled
+                if end > p.next_offset:
+                    self._stalled(
+                        stalled, p, end, still, "its client no longer reaches the broker; another does"
+                    )
+        finally:
+            try:
+                other.close()
+            except Exception as exc:
+                _log.debug("cluster=%s: closing the second client failed: %s", self._cluster_id, exc)
+
+    def _stalled(self, stalled: list[str], p: Any, end: int, still: float, why: str) -> None:
+        stalled.append(p.split_id)
+        self.total += 1
+        self.last[p.split_id] = {
+            "position": p.next_offset,
+            "end": end,
+            "why": why,
+            "still_s": round(still, 1),
+            "at": time.time(),
+        }
+        _log.warning(
+            "cluster=%s: %s stalled: position %d has not moved for %.0f s while the broker has records up to "
+            "%d (%s); the consumer is made again at its position",
+            self._cluster_id,
+            p.split_id,
+            p.next_offset,
+            still,
+            end,
+            why,
+        )
+        self._metrics.stalled_partition(self._cluster_id)
 
     @staticmethod
     def _client_position(consumer: Any, key: tuple[str, int]) -> int | None:

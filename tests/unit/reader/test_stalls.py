@@ -127,7 +127,41 @@ def test_a_client_past_the_position_with_records_beyond_its_own_is_a_stall() -> 
     watch.check(ahead, _progress(4), set())
     manual.advance(0.02)
     assert watch.check(ahead, _progress(4), set()) == ["east/t/0"]
-    assert watch.last["east/t/0"]["client_position"] == 6 and counted.stalls == ["east"]
+    assert watch.last["east/t/0"]["why"] == "the client's position: 6" and counted.stalls == ["east"]
+
+
+class _Unanswering(_Client):
+    """A client that no longer reaches the broker (a partition left on librdkafka's internal broker)."""
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
+        raise RuntimeError("KafkaError{code=_TIMED_OUT}")
+
+
+def test_a_client_that_cannot_tell_the_end_is_stalled_when_another_client_can() -> None:
+    counted = _Count()
+    made: list[_Client] = []
+
+    def second(client: _Client) -> Any:
+        def make() -> _Client:
+            made.append(client)
+            return client
+
+        return make
+
+    with use(ManualClock()) as manual:
+        answered = StallWatch("east", 0.01, counted, second_client=second(_Client(end=10, stuck=True)))
+        down = StallWatch("east", 0.01, counted, second_client=second(_Unanswering(end=10, stuck=True)))
+        alone = StallWatch("east", 0.01, counted)
+    stuck = _Unanswering(end=10, stuck=True)
+    for watch in (answered, down, alone):
+        watch.check(stuck, _progress(4), set())
+    manual.advance(0.02)
+    assert answered.check(stuck, _progress(4), set()) == ["east/t/0"]
+    assert "another does" in answered.last["east/t/0"]["why"]
+    assert down.check(stuck, _progress(4), set()) == [], "no client reaches the broker: down, not stalled"
+    assert alone.check(stuck, _progress(4), set()) == []
+    assert counted.stalls == ["east"]
+    assert [c.closed for c in made] == [True, True], "each second client is closed"
 
 
 def test_a_stalled_fetcher_makes_its_consumer_again_at_the_position_and_reads_on() -> None:
