@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from harness.audit import AuditReport, PartitionKey, Record, Reset, Run, audit
+from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, Run, audit
+from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
 from harness.pool import proxy_name
 from harness.processes import end_process, tail_file
@@ -375,28 +376,42 @@ class _Job:
         return resets
 
 
-def read_log(clusters: dict[str, KafkaCluster]) -> Callable[[PartitionKey, Sequence[int]], set[int]]:
-    """A :data:`harness.audit.LogReader` over the brokers (a fresh consumer, straight to the broker)."""
+def read_log(clusters: Mapping[str, Cluster], timeout: float = 30.0) -> LogReader:
+    """A :data:`harness.audit.LogReader` over the brokers: a plain confluent-kafka consumer of its own (no
+    group commits, straight to the broker, not through a proxy) reads the partition from the lowest offset
+    asked for to its end (or for ``timeout`` seconds) and answers which of the offsets it saw."""
 
     def read(key: PartitionKey, offsets: Sequence[int]) -> set[int]:
         cluster, topic, partition = key
         wanted, found = set(offsets), set[int]()
         consumer = Consumer(
             clusters[cluster].client_config(
-                **{"group.id": f"chaos-audit-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+                **{
+                    "group.id": f"audit-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",  # below the log start: what is left of it
+                    "log_level": 2,
+                }
             )
         )
         try:
             consumer.assign([TopicPartition(topic, partition, min(wanted))])
-            deadline = time.monotonic() + 30.0
-            while time.monotonic() < deadline and max(wanted) not in found:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
-                offset = None if msg is None or msg.error() is not None else msg.offset()
-                if offset is None:
+                if msg is None:
                     continue
-                found.add(offset)
-                if offset >= max(wanted):
-                    break
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                offset = msg.offset()
+                if offset is not None:
+                    found.add(offset)
+                    if offset >= max(wanted):
+                        break
         finally:
             consumer.close()
         return found & wanted

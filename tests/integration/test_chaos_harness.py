@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from harness import ClusterPool, ClusterUnavailable
+from harness.chaos import read_log
 from harness.kafka import KafkaCluster
 from harness.pool import proxy_name
 from harness.toxiproxy import Toxiproxy
@@ -91,3 +92,19 @@ def test_a_paused_broker_answers_once_resumed(proxied: tuple[KafkaCluster, Toxip
         assert acknowledged == [0]
     finally:
         producer.close()
+
+
+def test_the_audits_log_reader_tells_which_offsets_the_broker_still_holds(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    cluster, _toxiproxy = proxied
+    topic = cluster.create_topic("harness-log")
+    cluster.produce(topic, [f"r{i}".encode() for i in range(6)])
+    [future] = cluster.admin().delete_records([TopicPartition(topic, 0, 2)]).values()
+    future.result(30)
+    read = read_log({cluster.cluster_id: cluster}, timeout=120.0)
+    started = time.monotonic()
+    # 0 and 1 deleted, 3 and 5 in the log, 9 never written: the end of the partition ends the read
+    assert read((cluster.cluster_id, topic, 0), [0, 1, 3, 5, 9]) == {3, 5}
+    assert time.monotonic() - started < 60.0, "the reader waited for its timeout instead of the log's end"
+    assert read((cluster.cluster_id, topic, 0), [4]) == {4}
