@@ -54,6 +54,13 @@ def format_table(described: dict[str, Any]) -> str:
             f"{described['drain_seconds']:.1f} s",
             f"healthy clusters' longest gap in delivery while another was faulted: "
             f"{seconds(described['healthy_gap_max_s'])}",
+            "leaks: "
+            + (
+                "not checked"
+                if described.get("leaks") is None
+                else "; ".join(described["leaks"]) or "none (threads, clients, descriptors, memory)"
+            )
+            + f"; job RSS peak per fault window (MB): {described.get('rss_peak_per_window_mb') or '-'}",
         ]
     )
 
@@ -100,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **described}
         out["machine"] = machine_info("kafka")
         (RESULTS_DIR / f"chaos-{args.topology}.json").write_text(json.dumps(out, indent=2) + "\n")
-    if result.report.ok and not result.job_crashes and result.drained:
+    leaked = result.leaks is None or bool(result.leaks.problems)
+    if result.report.ok and not result.job_crashes and result.drained and not leaked:
         soak.cleanup()
         return 0
     print(f"files kept in {workdir}")

@@ -57,6 +57,7 @@ from confluent_kafka import (
 from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, Run, audit
 from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
+from harness.leaks import MemoryVerdict, ProcessFacts, memory_growth
 from harness.pool import proxy_name
 from harness.processes import end_process, tail_file
 from harness.toxiproxy import Toxiproxy
@@ -145,6 +146,7 @@ class SoakResult:
     producer_errors: int = 0
     drain_seconds: float = 0.0
     drained: bool = False
+    leaks: LeakReport | None = None
 
     def recovery_percentiles(self) -> tuple[float | None, float | None]:
         """p50 and p99 of the recovery times (None without any)."""
@@ -180,8 +182,80 @@ class SoakResult:
             ),
             self.report.summary(),
         ]
+        if self.leaks is not None:
+            lines.append(self.leaks.summary())
         lines += [f"crash: {c}" for c in self.job_crashes]
         return "\n".join(lines)
+
+
+@dataclass
+class RunHealth:
+    """What one run of the job reported about its own process (``harness.leaks``)."""
+
+    run: int
+    baseline: ProcessFacts | None = None
+    samples: list[tuple[float, ProcessFacts]] = field(default_factory=list)  # (wall time, facts)
+    closed: ProcessFacts | None = None  # None: the run did not end by a SIGTERM (a kill -9, a crash)
+    leaks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LeakReport:
+    """The leak checks of a soak: the last run (ended by SIGTERM, its stream closed) against its own start,
+    and the job's resident memory per fault window and per run."""
+
+    last_run: RunHealth
+    windows: list[tuple[float, float]]  # (window start in seconds since the soak's start, peak RSS in MB)
+    memory: list[tuple[int, MemoryVerdict]]  # (run, verdict) for the runs long enough to judge
+
+    @property
+    def problems(self) -> list[str]:
+        """What a user would call a leak (empty: none)."""
+        found = list(self.last_run.leaks)
+        if self.last_run.closed is None:
+            found.append(f"run {self.last_run.run} did not report its process after closing its stream")
+        found += [f"run {run}: {verdict.describe()}" for run, verdict in self.memory if not verdict.bounded]
+        return found
+
+    def summary(self) -> str:
+        """One line: after close, then memory."""
+        base, closed = self.last_run.baseline, self.last_run.closed
+        if base is None or closed is None:
+            after = "no report after close"
+        else:
+            after = (
+                f"mcs- threads {len(closed.mcs_threads)}, librdkafka clients {base.rdk_clients} -> "
+                f"{closed.rdk_clients} (threads {base.rdk_threads} -> {closed.rdk_threads}), descriptors "
+                f"{base.fds} -> {closed.fds}"
+            )
+        windows = ", ".join(f"{peak:.0f}" for _start, peak in self.windows) or "-"
+        memory = "; ".join(f"run {run}: {v.describe()}" for run, v in self.memory) or "no run long enough"
+        verdict = "OK" if not self.problems else "FAILED: " + "; ".join(self.problems)
+        return (
+            f"leaks after the last run's close: {after}; job RSS peak per fault window (MB): {windows}; "
+            f"{memory}: {verdict}"
+        )
+
+
+def leak_report(healths: Sequence[RunHealth], faults: Sequence[Fault], wall0: float) -> LeakReport:
+    """The :class:`LeakReport` of a soak's runs (the last one is judged after close), fault windows starting
+    at 0 and at each fault's start."""
+    starts = [0.0, *(f.started for f in faults)]
+    samples = sorted((t - wall0, facts.rss_mb) for h in healths for t, facts in h.samples)
+    windows = []
+    for start, end in zip(starts, [*starts[1:], float("inf")], strict=True):
+        inside = [rss for t, rss in samples if start <= t < end]
+        if inside:
+            windows.append((start, max(inside)))
+    memory = []
+    for health in healths:
+        if not health.samples:
+            continue
+        began = health.samples[0][0]  # a run's warm-up is judged from its own start
+        verdict = memory_growth([(t - began, f.rss_mb) for t, f in health.samples])
+        if verdict is not None:
+            memory.append((health.run, verdict))
+    return LeakReport(healths[-1] if healths else RunHealth(-1), windows, memory)
 
 
 class _Producer:
@@ -272,6 +346,28 @@ class _Job:
         """The stderr of run ``run``."""
         return self._workdir / f"job-{run}.log"
 
+    def health_file(self, run: int) -> Path:
+        """What run ``run`` reported about its own process (see ``jobs/chaos_job.py``)."""
+        return self._workdir / f"health-{run}.jsonl"
+
+    def health(self, run: int) -> RunHealth:
+        """Run ``run``'s reports (a line cut by a ``kill -9`` is left out)."""
+        result = RunHealth(run)
+        path = self.health_file(run)
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if "baseline" in entry:
+                result.baseline = ProcessFacts.from_dict(entry["baseline"])
+            elif "facts" in entry:
+                result.samples.append((float(entry["t"]), ProcessFacts.from_dict(entry["facts"])))
+            elif "closed" in entry:
+                result.closed = ProcessFacts.from_dict(entry["closed"])
+                result.leaks = list(entry["leaks"])
+        return result
+
     def start(self) -> None:
         """Start a new run (restored from the newest checkpoint, if there is one)."""
         run = len(self.runs)
@@ -287,6 +383,7 @@ class _Job:
                     str(out),
                     self._group,
                     str(self._interval),
+                    str(self.health_file(run)),
                 ],
                 env=dict(os.environ, PYTHONPATH=str(ROOT)),
                 stdin=subprocess.DEVNULL,
@@ -313,9 +410,10 @@ class _Job:
             self.proc = None
 
     def stop(self) -> None:
-        """End the running job (SIGTERM, then SIGKILL)."""
+        """End the running job: SIGTERM (it closes its stream and reports its leak check), then SIGKILL
+        after 60 s."""
         if self.proc is not None:
-            end_process(self.proc, graceful=True, timeout=15.0)
+            end_process(self.proc, graceful=True, timeout=60.0)
             self.proc = None
 
     def died(self) -> str | None:
@@ -633,6 +731,7 @@ class ChaosSoak:
             if with_errors:
                 raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
         healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
+        leaks = leak_report([job.health(run) for run in range(len(job.runs))], faults, wall0)
         acknowledged = [r for p in producers for r in p.snapshot()]
         report = audit(
             acknowledged,
@@ -651,6 +750,7 @@ class ChaosSoak:
             producer_errors=sum(p.errors for p in producers),
             drain_seconds=drain_seconds,
             drained=drained,
+            leaks=leaks,
         )
 
     def cleanup(self) -> None:
@@ -701,4 +801,8 @@ def describe(result: SoakResult) -> dict[str, Any]:
         "healthy_gap_max_s": result.healthy_gap_max(),
         "drained": result.drained,
         "drain_seconds": result.drain_seconds,
+        "leaks": None if result.leaks is None else result.leaks.problems,
+        "rss_peak_per_window_mb": None
+        if result.leaks is None
+        else [round(p, 1) for _s, p in result.leaks.windows],
     }

@@ -61,3 +61,5 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     assert report.in_run_duplicates == 0, f"records returned twice in one run: {replay}"
     assert report.duplicates_beyond_bound == 0, f"duplicates before a restored position: {replay}"
     assert (report.gaps, report.conflicting_values, report.backwards) == (0, 0, 0), replay
+    # what a user would check after months of running: the stream closed, nothing of it left, memory level
+    assert result.leaks is not None and result.leaks.problems == [], f"leaks: {replay}"

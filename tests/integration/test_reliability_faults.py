@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from harness.audit import Record, Run, audit
 from harness.chaos import read_log
 from harness.cluster import Cluster
+from harness.leaks import ProcessFacts, leaks_after_close, settle_after_close
 from harness.scenario import builder, cluster_md, drain, keys, settle, stream, wait_for
 from multicluster_source import SourceRecord, SourceStream
 from multicluster_source.exceptions import SourceFailedError
@@ -171,6 +172,7 @@ def test_broker_restarted_three_times_while_records_flow(fresh_cluster) -> None:
             cycles_done.set()
 
     got: list[SourceRecord] = []
+    before = ProcessFacts.now()
     with source.open(parallelism=2) as s, AckedProducer(bouncy, topic, "b") as producer:
         bouncer = threading.Thread(target=bounce, args=(got,), name="test-bouncer", daemon=True)
         bouncer.start()
@@ -182,10 +184,12 @@ def test_broker_restarted_three_times_while_records_flow(fresh_cluster) -> None:
         producer.stop()
         got += drain(s, 0, timeout=120, until=lambda g: _all_in(got + g, producer.acked))
         got += settle(s, 1.0)
+    leaks = leaks_after_close(before, settle_after_close(before))
     assert len(during) == 3
     assert_complete(got, producer)
     counts = keys(got)
     assert all(n == 1 for n in counts.values()), "nothing was restored: no record may come twice"
+    assert leaks == [], "the closed stream (and the test's producer) left something behind"
 
 
 def _grows(records: list[SourceRecord]) -> Callable[[], bool]:

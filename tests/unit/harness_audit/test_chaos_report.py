@@ -40,6 +40,7 @@ def test_the_benchmark_table_shows_records_lost_and_duplicates_against_their_bou
     assert "lost: 0 (stuck partitions 0)" in table
     assert "1 after restores within their bounds, 0 beyond" in table
     assert "longest gap in delivery while another was faulted: 0.5 s" in table
+    assert "leaks: not checked; job RSS peak per fault window (MB): -" in table
 
 
 def test_a_healthy_clusters_longest_gap_is_taken_within_each_cluster_fault() -> None:
