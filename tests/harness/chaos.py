@@ -15,7 +15,11 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   seconds (from the previous fault's start, never before the previous heal), lasting ``lasting`` seconds;
   ``delete-records`` caps the link at 1 KB/s so that the job falls behind, then deletes the partition up to
   its high watermark as it heals: the job must log an offset reset, and the records it had not read count
-  as deleted, not lost;
+  as deleted, not lost; ``partition`` disables a node's proxy (the job's connections to it are dropped
+  and new ones refused; on the three-broker cluster it cuts the job off from a partition leader, which
+  keeps its followers: the brokers talk to each other directly, not through Toxiproxy);
+- the job reports its own process (``harness.leaks``): RSS per fault window and, after the last run closed
+  its stream, no ``mcs-`` thread, librdkafka client or descriptor left (:class:`LeakReport`);
 - after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
   came (at most ``drain_timeout`` seconds); then the audit, with lost records looked up in the brokers' logs.
 
@@ -70,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED_ENV = "MCS_CHAOS_SEED"
 SECONDS_ENV = "MCS_CHAOS_SECONDS"
 TOPOLOGY_ENV = "MCS_CHAOS_TOPOLOGY"
+KINDS_ENV = "MCS_CHAOS_KINDS"
 TOPOLOGIES: dict[str, tuple[tuple[str, ...], int]] = {
     # name -> (the pool's proxied clusters, nodes each)
     "single-node": (("chaos-east", "chaos-west", "chaos-central"), 1),
@@ -82,6 +87,7 @@ FAULT_KINDS = (
     "pause",
     "latency",
     "blackhole",
+    "partition",
     "reset-peer",
     "bandwidth",
     "topic-removed",
@@ -94,6 +100,18 @@ REMOVABLE_TOPIC = "chaos-b"
 _RESET_LINE = re.compile(
     r"cluster=(\S+) topic=(\S+) partition=(\d+): offset (\d+) is out of range.*?reset to the \w+ offset (\S+)"
 )
+
+
+def kinds_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """``$MCS_CHAOS_KINDS`` (comma-separated fault kinds, to replay or study a few) if set, else every kind."""
+    value = (environ if environ is not None else os.environ).get(KINDS_ENV, "").strip()
+    if not value:
+        return FAULT_KINDS
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown:
+        raise ValueError(f"{KINDS_ENV}: unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
+    return kinds
 
 
 def seed_from_env(environ: dict[str, str] | None = None) -> int:
@@ -582,6 +600,8 @@ class ChaosSoak:
         elif kind == "blackhole":
             for stream in ("upstream", "downstream"):
                 self._toxiproxy.add_toxic(proxy, "timeout", {"timeout": 0}, stream=stream)
+        elif kind == "partition":  # cut off from the job: open connections dropped, new ones refused
+            self._toxiproxy.set_enabled(proxy, False)
         elif kind == "reset-peer":
             self._toxiproxy.add_toxic(proxy, "reset_peer", {"timeout": 2000}, stream="upstream")
         elif kind == "delete-records":  # the reader falls behind; the heal deletes what it has not read

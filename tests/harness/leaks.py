@@ -151,3 +151,27 @@ def memory_growth(
     first, middle, last = (max(part) for part in parts)
     growing = middle - first > step_mb and last - middle > step_mb
     return MemoryVerdict(end - start, first, middle, last, not growing)
+
+
+def live_clients() -> list[str]:
+    """The confluent-kafka clients (Consumer, Producer, AdminClient) this process still holds, each with the
+    classes of the objects that refer to it (to name the owner of a client left open)."""
+    import gc
+
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    found = []
+    for obj in gc.get_objects():
+        if not isinstance(obj, (Consumer, Producer, AdminClient)):
+            continue
+        owners = set()
+        for ref in gc.get_referrers(obj):
+            if isinstance(ref, dict):  # an instance's __dict__: name its instance
+                owners |= {
+                    type(o).__qualname__ for o in gc.get_referrers(ref) if getattr(o, "__dict__", None) is ref
+                }
+            elif not isinstance(ref, list):  # a list: gc.get_objects()'s own
+                owners.add(type(ref).__qualname__)
+        found.append(f"{type(obj).__name__} held by {sorted(owners) or 'nothing'}")
+    return sorted(found)

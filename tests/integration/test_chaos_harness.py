@@ -108,3 +108,29 @@ def test_the_audits_log_reader_tells_which_offsets_the_broker_still_holds(
     assert read((cluster.cluster_id, topic, 0), [0, 1, 3, 5, 9]) == {3, 5}
     assert time.monotonic() - started < 60.0, "the reader waited for its timeout instead of the log's end"
     assert read((cluster.cluster_id, topic, 0), [4]) == {4}
+
+
+def test_a_disabled_proxy_cuts_the_reader_off_until_the_heal(proxied: tuple[KafkaCluster, Toxiproxy]) -> None:
+    cluster, toxiproxy = proxied
+    topic = cluster.create_topic("harness-partition")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.proxied_bootstrap_servers,
+            "group.id": "harness-partition",
+            "enable.auto.commit": False,
+            "reconnect.backoff.max.ms": 1000,
+            "log_level": 0,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        cluster.produce(topic, [b"before"])
+        assert _read(consumer, 1, 30) == [b"before"]
+        toxiproxy.set_enabled(proxy_name("chaos-east", 0), False)
+        cluster.produce(topic, [b"during"])
+        assert _read(consumer, 1, 3) == [], "a record came through a disabled proxy"
+        toxiproxy.reset()  # the heal enables every proxy again
+        assert _read(consumer, 1, 60) == [b"during"], "the reader did not come back after the heal"
+    finally:
+        consumer.close()
+        toxiproxy.reset()

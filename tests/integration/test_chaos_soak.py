@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 
 from harness import ClusterPool, ClusterUnavailable
-from harness.chaos import SECONDS_ENV, TOPOLOGIES, TOPOLOGY_ENV, ChaosSoak, SoakConfig, seed_from_env
+from harness.chaos import (
+    KINDS_ENV,
+    SECONDS_ENV,
+    TOPOLOGIES,
+    TOPOLOGY_ENV,
+    ChaosSoak,
+    SoakConfig,
+    kinds_from_env,
+    seed_from_env,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +47,8 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
         clusters = cluster_pool.proxied(names, nodes=nodes)
     except ClusterUnavailable as exc:
         pytest.skip(str(exc))
-    config = SoakConfig(seconds=SECONDS, seed=seed)
+    kinds = kinds_from_env()
+    config = SoakConfig(seconds=SECONDS, seed=seed, kinds=kinds)
 
     def say(line: str) -> None:
         with capsys.disabled():
@@ -48,8 +58,9 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     with capsys.disabled():
         print(result.summary())
     report = result.report
+    only = "" if os.environ.get(KINDS_ENV) is None else f" {KINDS_ENV}={','.join(kinds)}"
     replay = (
-        f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f} {TOPOLOGY_ENV}={TOPOLOGY})\n"
+        f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f} {TOPOLOGY_ENV}={TOPOLOGY}{only})\n"
         f"{result.summary()}"
     )
     assert result.faults, f"no fault was injected: {replay}"

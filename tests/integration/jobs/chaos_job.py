@@ -12,6 +12,7 @@ Usage: chaos_job.py METADATA_FILE CHECKPOINT_DIR OUT_FILE GROUP CHECKPOINT_INTER
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the harness's leak checks
 
-from harness.leaks import ProcessFacts, leaks_after_close, settle_after_close
+from harness.leaks import ProcessFacts, leaks_after_close, live_clients, settle_after_close
 from multicluster_source import FileMetadataService, MultiClusterKafkaSource
 
 SAMPLE_EVERY_S = 2.0
@@ -82,7 +83,14 @@ def main() -> None:
                 os.write(fd, lines.encode())
     os.close(fd)
     after = settle_after_close(before)
-    _report(health, {"closed": after.as_dict(), "leaks": leaks_after_close(before, after)})
+    leaks = leaks_after_close(before, after)
+    if leaks:  # what holds them, and whether a garbage collection frees them
+        leaks.append(f"live clients: {live_clients()}")
+        gc.collect()
+        leaks.append(
+            f"after a garbage collection: {leaks_after_close(before, settle_after_close(before, 5.0))}"
+        )
+    _report(health, {"closed": after.as_dict(), "leaks": leaks})
 
 
 if __name__ == "__main__":

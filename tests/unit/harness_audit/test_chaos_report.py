@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import bench_chaos
 from harness.audit import Record, Run, audit
-from harness.chaos import Fault, SoakConfig, SoakResult, describe, healthy_gaps, seed_from_env
+from harness.chaos import (
+    FAULT_KINDS,
+    Fault,
+    SoakConfig,
+    SoakResult,
+    describe,
+    healthy_gaps,
+    kinds_from_env,
+    seed_from_env,
+)
 
 
 def _result(recoveries: list[float | None]) -> SoakResult:
@@ -54,3 +65,11 @@ def test_a_healthy_clusters_longest_gap_is_taken_within_each_cluster_fault() -> 
 def test_the_seed_comes_from_the_environment_or_is_new() -> None:
     assert seed_from_env({"MCS_CHAOS_SEED": "42"}) == 42
     assert isinstance(seed_from_env({}), int)
+
+
+def test_the_fault_kinds_come_from_the_environment_or_are_all_of_them() -> None:
+    assert kinds_from_env({}) == FAULT_KINDS
+    assert "partition" in FAULT_KINDS
+    assert kinds_from_env({"MCS_CHAOS_KINDS": "partition, pause"}) == ("partition", "pause")
+    with pytest.raises(ValueError, match=r"unknown fault kinds \['partiton'\]"):
+        kinds_from_env({"MCS_CHAOS_KINDS": "partiton"})
