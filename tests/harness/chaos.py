@@ -17,7 +17,10 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   its high watermark as it heals: the job must log an offset reset, and the records it had not read count
   as deleted, not lost; ``partition`` disables a node's proxy (the job's connections to it are dropped
   and new ones refused; on the three-broker cluster it cuts the job off from a partition leader, which
-  keeps its followers: the brokers talk to each other directly, not through Toxiproxy);
+  keeps its followers: the brokers talk to each other directly, not through Toxiproxy); ``disk-full`` fills
+  a node's data tmpfs (``KafkaCluster.fill_disk``): Kafka's next write fails, its log directory goes offline
+  and the node stops; the heal frees the disk and restarts the node (left out, and said so, where the
+  clusters could not mount a tmpfs);
 - the job reports its own process (``harness.leaks``): RSS per fault window and, after the last run closed
   its stream, no ``mcs-`` thread, librdkafka client or descriptor left (:class:`LeakReport`);
 - after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
@@ -29,6 +32,7 @@ Every thread is joined and every process ended before :meth:`ChaosSoak.run` retu
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -93,6 +97,7 @@ FAULT_KINDS = (
     "topic-removed",
     "job-kill-9",
     "delete-records",
+    "disk-full",
 )
 TOPICS = {"chaos-a": 2, "chaos-b": 1}
 REMOVABLE_TOPIC = "chaos-b"
@@ -558,6 +563,7 @@ class ChaosSoak:
         self._metadata = workdir / "streams.yaml"
         self._t0 = 0.0
         self._deleted: dict[PartitionKey, int] = {}  # partition -> log start set by a deletion
+        self._full_disks: set[tuple[str, int]] = set()  # (cluster, node) whose disk a fault filled
 
     def _now(self) -> float:
         return time.monotonic() - self._t0
@@ -610,6 +616,12 @@ class ChaosSoak:
             self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 4})  # KB/s
         elif kind == "topic-removed":
             self._write_metadata(without=(target, REMOVABLE_TOPIC))
+        elif kind == "disk-full":  # the node's data tmpfs filled: its next write fails
+            self._full_disks.add((target, node))
+            written = cluster.fill_disk(node)
+            self._say(
+                f"[chaos seed={self._config.seed}] filled {target} node {node}'s disk with {written} bytes"
+            )
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -629,7 +641,12 @@ class ChaosSoak:
         return {entry for entry in owed if entry[1] < self._deleted.get(entry[0], -1)}
 
     def _restore_nodes(self) -> None:
-        """Resume every paused node and start every stopped one."""
+        """Free every filled disk (and stop its node: Kafka takes a failed log directory back only on a
+        restart), resume every paused node and start every stopped one."""
+        for target, node in sorted(self._full_disks):
+            self._clusters[target].free_disk(node)
+            self._clusters[target].stop_node(node, graceful=False)
+        self._full_disks.clear()
         for cluster in self._clusters.values():
             for node in sorted(cluster.node_racks):
                 cluster.resume_node(node)
@@ -646,6 +663,15 @@ class ChaosSoak:
     def run(self) -> SoakResult:
         """Run the soak; every thread and process it starts has ended when it returns."""
         config = self._config
+        unlimited = sorted(cid for cid, c in self._clusters.items() if not c.disk_limited)
+        if "disk-full" in config.kinds and unlimited:
+            kinds = [k for k in config.kinds if k != "disk-full"]
+            if not kinds:
+                raise ValueError(f"disk-full is the only kind, and {unlimited} have no disk of their own")
+            self._say(
+                f"[chaos] no disk-full faults: {unlimited} have no tmpfs of their own (mounting refused)"
+            )
+            config = self._config = dataclasses.replace(config, kinds=tuple(kinds))
         self._workdir.mkdir(parents=True, exist_ok=True)
         self._toxiproxy.reset()
         for cid, cluster in self._clusters.items():

@@ -134,3 +134,37 @@ def test_a_disabled_proxy_cuts_the_reader_off_until_the_heal(proxied: tuple[Kafk
     finally:
         consumer.close()
         toxiproxy.reset()
+
+
+def test_a_full_disk_stops_the_broker_and_a_restart_on_the_freed_disk_keeps_every_record(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    cluster, _toxiproxy = proxied
+    if not cluster.disk_limited:
+        pytest.skip("no tmpfs could be mounted for the brokers' data here (mounting needs CAP_SYS_ADMIN)")
+    topic = cluster.create_topic("harness-disk")
+    cluster.produce(topic, [b"before"])
+    producer = cluster.producer(**{"acks": "all", "enable.idempotence": True, "log_level": 0})
+    acked: list[int] = []
+    during = [f"during-{i:03d}-".encode().ljust(1024, b".") for i in range(64)]  # more than a page of log
+    try:
+        assert cluster.fill_disk(0) > 0
+        for value in during:
+            producer.produce(topic, value, on_delivery=lambda err, msg: acked.append(msg.offset() or 0))
+        producer.flush(20.0)  # a write that needs a new page fails: the log directory, the only one, is lost
+        halted = not cluster.node_running(0)
+    finally:
+        cluster.free_disk(0)
+        cluster.stop_node(0, graceful=False)
+        cluster.start_node(0)
+    assert halted, f"the broker went on with its only log directory failed:\n{cluster.log_tail(60)}"
+    assert producer.flush(60.0) == 0
+    assert sorted(acked) == list(range(1, 65)), (
+        "every record acknowledged once, after the restart if not before"
+    )
+    consumer = cluster.consumer()
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        assert _read(consumer, 65, 30) == [b"before", *during]
+    finally:
+        consumer.close()
