@@ -220,6 +220,7 @@ def test_partition_leader_lost_reading_goes_on_from_the_new_leader(rack_cluster:
     source = builder(md).set_properties(FAST_RECONNECT).build()
     old_leader = _leader(rack_cluster, topic)
     got: list[SourceRecord] = []
+    before = ProcessFacts.now()
     try:
         with source.open() as s, AckedProducer(rack_cluster, topic, "l") as producer:
             got += drain(s, 0, timeout=30, until=lambda g: len(g) >= 50)
@@ -234,11 +235,13 @@ def test_partition_leader_lost_reading_goes_on_from_the_new_leader(rack_cluster:
             producer.stop()
             got += drain(s, 0, timeout=60, until=lambda g: _all_in(got + g, producer.acked))
             got += settle(s, 1.0)
+        leaks = leaks_after_close(before, settle_after_close(before))
     finally:
         rack_cluster.start_node(old_leader)  # the shared cluster gets its three brokers back
     assert new_leader != old_leader
     assert len(producer.acked) > at_failover + 200
     assert_complete(got, producer)
+    assert leaks == [], "the closed stream (and the test's producer) left something behind"
 
 
 # ------------------------------------------------------------------------------- positions out of range
