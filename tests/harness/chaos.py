@@ -167,6 +167,7 @@ class SoakResult:
     runs: int
     job_crashes: list[str] = field(default_factory=list)
     producer_errors: int = 0
+    producer_error_kinds: dict[str, int] = field(default_factory=dict)
     drain_seconds: float = 0.0
     drained: bool = False
     leaks: LeakReport | None = None
@@ -191,10 +192,12 @@ class SoakResult:
         p50, p99 = self.recovery_percentiles()
         unrecovered = sum(f.recovery is None for f in self.faults)
         fmt = lambda x: "-" if x is None else f"{x:.1f}s"  # noqa: E731
+        by_error = ", ".join(f"{k} {n}" for k, n in sorted(self.producer_error_kinds.items()))
         lines = [
             f"chaos soak seed={self.seed} seconds={self.config.seconds:.0f}: {len(self.faults)} faults "
             f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); {self.runs} job run(s), "
-            f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}; drained "
+            f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}"
+            f"{f' ({by_error})' if by_error else ''}, not acknowledged, so not owed; drained "
             f"{'yes' if self.drained else 'NO'} in {self.drain_seconds:.1f}s; recovery p50 {fmt(p50)} "
             f"p99 {fmt(p99)}, not recovered {unrecovered}; healthy clusters' longest gap during faults "
             f"{fmt(self.healthy_gap_max())}",
@@ -294,6 +297,7 @@ class _Producer:
         self._lock = threading.Lock()
         self.acked: list[Record] = []
         self.errors = 0
+        self.error_kinds: Counter[str] = Counter()  # error name -> count (delivery reports and produce calls)
         self._fatal = False
         self.thread = threading.Thread(target=self._run, name=f"mcs-chaos-producer-{cluster.cluster_id}")
 
@@ -311,6 +315,7 @@ class _Producer:
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self.errors += 1
+            self.error_kinds[err.name()] += 1
             self._fatal = self._fatal or err.fatal()
             return
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
@@ -341,8 +346,9 @@ class _Producer:
                     seq += 1
                 except BufferError:
                     pass
-                except KafkaException:  # a fatal state shows here too: counted, and a new producer
+                except KafkaException as exc:  # a fatal state shows here too: counted, and a new producer
                     self.errors += 1
+                    self.error_kinds[exc.args[0].name() if exc.args else "KafkaException"] += 1
                     self._fatal = True
                 producer.poll(0)
                 self._stop.wait(1.0 / self._rate)
@@ -751,8 +757,10 @@ class ChaosSoak:
                 next_fault = max(fault.started + self._rng.uniform(*config.every), self._now() + 1.0)
             self._heal_all(job)
             stop.set()
-            for p in producers:
-                p.thread.join(200.0)
+            joined_by = time.monotonic() + 200.0  # the producers flush; recoveries are still measured
+            while any(p.thread.is_alive() for p in producers) and time.monotonic() < joined_by:
+                tick()
+                time.sleep(0.25)
             drain_started = time.monotonic()
             owed = acked_now()
             owed -= self._gone(owed)
@@ -794,6 +802,7 @@ class ChaosSoak:
             runs=len(job.runs),
             job_crashes=crashes,
             producer_errors=sum(p.errors for p in producers),
+            producer_error_kinds=dict(sum((p.error_kinds for p in producers), Counter[str]())),
             drain_seconds=drain_seconds,
             drained=drained,
             leaks=leaks,

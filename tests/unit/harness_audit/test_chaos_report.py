@@ -29,7 +29,10 @@ def _result(recoveries: list[float | None]) -> SoakResult:
 
 
 def test_the_summary_names_the_seed_the_faults_by_kind_and_the_audit() -> None:
-    text = _result([2.0, None]).summary()
+    result = _result([2.0, None])
+    result.producer_errors, result.producer_error_kinds = 3, {"_MSG_TIMED_OUT": 2, "_FATAL": 1}
+    text = result.summary()
+    assert "producer errors 3 (_FATAL 1, _MSG_TIMED_OUT 2), not acknowledged" in text
     assert "seed=7" in text
     assert "job-kill-9 1, pause 2" in text
     assert "not recovered 1" in text
