@@ -65,7 +65,7 @@ from confluent_kafka import (
 from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, Run, audit
 from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
-from harness.leaks import MemoryVerdict, ProcessFacts, memory_growth
+from harness.leaks import LeakReport, ProcessFacts, RunHealth, leak_report
 from harness.pool import proxy_name
 from harness.processes import end_process, tail_file
 from harness.toxiproxy import Toxiproxy
@@ -212,76 +212,6 @@ class SoakResult:
             lines.append(self.leaks.summary())
         lines += [f"crash: {c}" for c in self.job_crashes]
         return "\n".join(lines)
-
-
-@dataclass
-class RunHealth:
-    """What one run of the job reported about its own process (``harness.leaks``)."""
-
-    run: int
-    baseline: ProcessFacts | None = None
-    samples: list[tuple[float, ProcessFacts]] = field(default_factory=list)  # (wall time, facts)
-    closed: ProcessFacts | None = None  # None: the run did not end by a SIGTERM (a kill -9, a crash)
-    leaks: list[str] = field(default_factory=list)
-
-
-@dataclass
-class LeakReport:
-    """The leak checks of a soak: the last run (ended by SIGTERM, its stream closed) against its own start,
-    and the job's resident memory per fault window and per run."""
-
-    last_run: RunHealth
-    windows: list[tuple[float, float]]  # (window start in seconds since the soak's start, peak RSS in MB)
-    memory: list[tuple[int, MemoryVerdict]]  # (run, verdict) for the runs long enough to judge
-
-    @property
-    def problems(self) -> list[str]:
-        """What a user would call a leak (empty: none)."""
-        found = list(self.last_run.leaks)
-        if self.last_run.closed is None:
-            found.append(f"run {self.last_run.run} did not report its process after closing its stream")
-        found += [f"run {run}: {verdict.describe()}" for run, verdict in self.memory if not verdict.bounded]
-        return found
-
-    def summary(self) -> str:
-        """One line: after close, then memory."""
-        base, closed = self.last_run.baseline, self.last_run.closed
-        if base is None or closed is None:
-            after = "no report after close"
-        else:
-            after = (
-                f"mcs- threads {len(closed.mcs_threads)}, librdkafka clients {base.rdk_clients} -> "
-                f"{closed.rdk_clients} (threads {base.rdk_threads} -> {closed.rdk_threads}), descriptors "
-                f"{base.fds} -> {closed.fds}"
-            )
-        windows = ", ".join(f"{peak:.0f}" for _start, peak in self.windows) or "-"
-        memory = "; ".join(f"run {run}: {v.describe()}" for run, v in self.memory) or "no run long enough"
-        verdict = "OK" if not self.problems else "FAILED: " + "; ".join(self.problems)
-        return (
-            f"leaks after the last run's close: {after}; job RSS peak per fault window (MB): {windows}; "
-            f"{memory}: {verdict}"
-        )
-
-
-def leak_report(healths: Sequence[RunHealth], faults: Sequence[Fault], wall0: float) -> LeakReport:
-    """The :class:`LeakReport` of a soak's runs (the last one is judged after close), fault windows starting
-    at 0 and at each fault's start."""
-    starts = [0.0, *(f.started for f in faults)]
-    samples = sorted((t - wall0, facts.rss_mb) for h in healths for t, facts in h.samples)
-    windows = []
-    for start, end in zip(starts, [*starts[1:], float("inf")], strict=True):
-        inside = [rss for t, rss in samples if start <= t < end]
-        if inside:
-            windows.append((start, max(inside)))
-    memory = []
-    for health in healths:
-        if not health.samples:
-            continue
-        began = health.samples[0][0]  # a run's warm-up is judged from its own start
-        verdict = memory_growth([(t - began, f.rss_mb) for t, f in health.samples])
-        if verdict is not None:
-            memory.append((health.run, verdict))
-    return LeakReport(healths[-1] if healths else RunHealth(-1), windows, memory)
 
 
 class _Producer:
@@ -785,7 +715,9 @@ class ChaosSoak:
             if with_errors:
                 raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
         healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
-        leaks = leak_report([job.health(run) for run in range(len(job.runs))], faults, wall0)
+        leaks = leak_report(
+            [job.health(run) for run in range(len(job.runs))], [f.started for f in faults], wall0
+        )
         acknowledged = [r for p in producers for r in p.snapshot()]
         report = audit(
             acknowledged,

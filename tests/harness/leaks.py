@@ -6,7 +6,8 @@ too) and the source's Python threads (named ``mcs-...``). :func:`leaks_after_clo
 before the stream was built with one taken after it was closed; :func:`memory_growth` judges resident memory
 sampled over a run (bounded, or still climbing at the end). Both are plain functions of their inputs, so
 they are unit-tested without brokers; :func:`settle_after_close` waits briefly for threads that end
-asynchronously before taking the closing look.
+asynchronously before taking the closing look. :class:`RunHealth` and :func:`leak_report` judge what the
+chaos soak's job reported about itself, run by run (``harness.chaos``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,76 @@ def live_clients() -> list[str]:
                 owners.add(type(ref).__qualname__)
         found.append(f"{type(obj).__name__} held by {sorted(owners) or 'nothing'}")
     return sorted(found)
+
+
+# ------------------------------------------------------------------- the chaos soak's job, run by run
+
+
+@dataclass
+class RunHealth:
+    """What one run of the job reported about its own process (``harness.leaks``)."""
+
+    run: int
+    baseline: ProcessFacts | None = None
+    samples: list[tuple[float, ProcessFacts]] = field(default_factory=list)  # (wall time, facts)
+    closed: ProcessFacts | None = None  # None: the run did not end by a SIGTERM (a kill -9, a crash)
+    leaks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LeakReport:
+    """The leak checks of a soak: the last run (ended by SIGTERM, its stream closed) against its own start,
+    and the job's resident memory per fault window and per run."""
+
+    last_run: RunHealth
+    windows: list[tuple[float, float]]  # (window start in seconds since the soak's start, peak RSS in MB)
+    memory: list[tuple[int, MemoryVerdict]]  # (run, verdict) for the runs long enough to judge
+
+    @property
+    def problems(self) -> list[str]:
+        """What a user would call a leak (empty: none)."""
+        found = list(self.last_run.leaks)
+        if self.last_run.closed is None:
+            found.append(f"run {self.last_run.run} did not report its process after closing its stream")
+        found += [f"run {run}: {verdict.describe()}" for run, verdict in self.memory if not verdict.bounded]
+        return found
+
+    def summary(self) -> str:
+        """One line: after close, then memory."""
+        base, closed = self.last_run.baseline, self.last_run.closed
+        if base is None or closed is None:
+            after = "no report after close"
+        else:
+            after = (
+                f"mcs- threads {len(closed.mcs_threads)}, librdkafka clients {base.rdk_clients} -> "
+                f"{closed.rdk_clients} (threads {base.rdk_threads} -> {closed.rdk_threads}), descriptors "
+                f"{base.fds} -> {closed.fds}"
+            )
+        windows = ", ".join(f"{peak:.0f}" for _start, peak in self.windows) or "-"
+        memory = "; ".join(f"run {run}: {v.describe()}" for run, v in self.memory) or "no run long enough"
+        verdict = "OK" if not self.problems else "FAILED: " + "; ".join(self.problems)
+        return (
+            f"leaks after the last run's close: {after}; job RSS peak per fault window (MB): {windows}; "
+            f"{memory}: {verdict}"
+        )
+
+
+def leak_report(healths: Sequence[RunHealth], fault_starts: Sequence[float], wall0: float) -> LeakReport:
+    """The :class:`LeakReport` of a soak's runs (the last one is judged after close), with fault windows
+    starting at 0 and at each of ``fault_starts`` (seconds since the soak's start, at wall time ``wall0``)."""
+    starts = [0.0, *fault_starts]
+    samples = sorted((t - wall0, facts.rss_mb) for h in healths for t, facts in h.samples)
+    windows = []
+    for start, end in zip(starts, [*starts[1:], float("inf")], strict=True):
+        inside = [rss for t, rss in samples if start <= t < end]
+        if inside:
+            windows.append((start, max(inside)))
+    memory = []
+    for health in healths:
+        if not health.samples:
+            continue
+        began = health.samples[0][0]  # a run's warm-up is judged from its own start
+        verdict = memory_growth([(t - began, f.rss_mb) for t, f in health.samples])
+        if verdict is not None:
+            memory.append((health.run, verdict))
+    return LeakReport(healths[-1] if healths else RunHealth(-1), windows, memory)

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import threading
 
-from harness.chaos import Fault, RunHealth, leak_report
-from harness.leaks import ProcessFacts, leaks_after_close, memory_growth, settle_after_close
+from harness.leaks import (
+    ProcessFacts,
+    RunHealth,
+    leak_report,
+    leaks_after_close,
+    memory_growth,
+    settle_after_close,
+)
 
 
 def facts(
@@ -69,8 +75,7 @@ def test_the_soak_leak_report_judges_the_last_run_after_close_and_each_long_runs
     wall0 = 1000.0
     killed = RunHealth(0, facts(), [(wall0 + t, facts(rss=60.0 + t)) for t in range(0, 100, 2)])
     last = RunHealth(1, facts(), [(wall0 + 100 + t, facts(rss=70.0)) for t in range(0, 30, 2)], facts())
-    faults = [Fault("pause", "east", 20.0, 30.0), Fault("job-kill-9", "job", 95.0, 100.0)]
-    report = leak_report([killed, last], faults, wall0)
+    report = leak_report([killed, last], [20.0, 95.0], wall0)
     assert [start for start, _peak in report.windows] == [0.0, 20.0, 95.0]
     assert report.windows[0][1] == 78.0  # run 0's samples before the first fault
     assert [run for run, _v in report.memory] == [0], "run 1 is too short to judge"
