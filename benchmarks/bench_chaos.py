@@ -77,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="three single-node clusters (default) or one three-broker cluster (replication 3)",
     )
     parser.add_argument(
+        "--kinds",
+        default=None,
+        help="comma-separated fault kinds to draw from (default: $MCS_CHAOS_KINDS, else every kind)",
+    )
+    parser.add_argument(
         "--no-save", action="store_true", help="do not write benchmarks/results/chaos-<topology>.json"
     )
     args = parser.parse_args(argv)
@@ -92,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         names, nodes = chaos.TOPOLOGIES[args.topology]
         clusters = pool.proxied(names, nodes=nodes)
-        config = chaos.SoakConfig(seconds=args.seconds, seed=seed, rate=args.rate)
+        kinds = chaos.kinds_from_env(None if args.kinds is None else {chaos.KINDS_ENV: args.kinds})
+        config = chaos.SoakConfig(seconds=args.seconds, seed=seed, rate=args.rate, kinds=kinds)
         soak = chaos.ChaosSoak(
             clusters, pool.toxiproxy(), config, workdir, say=lambda s: print(s, flush=True)
         )
