@@ -7,11 +7,13 @@ Warnings (offset resets among them) go to stderr.
 With HEALTH_FILE, the job appends JSON lines about its own process (``harness.leaks``): ``{"baseline": ...}``
 before the source is built, ``{"t": <wall time>, "facts": ...}`` every 2 s, and, after a SIGTERM has ended
 the poll loop and the stream is closed, ``{"closed": ..., "leaks": [...]}``.
+``kill -USR1 <pid>`` writes every thread's Python stack to stderr (the run's log), to see where a stall sits.
 Usage: chaos_job.py METADATA_FILE CHECKPOINT_DIR OUT_FILE GROUP CHECKPOINT_INTERVAL [HEALTH_FILE]
 """
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import logging
@@ -48,6 +50,7 @@ def main() -> None:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     before = ProcessFacts.now()
     _report(health, {"baseline": before.as_dict()})
