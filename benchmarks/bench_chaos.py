@@ -54,6 +54,13 @@ def format_table(described: dict[str, Any]) -> str:
             f"{described['drain_seconds']:.1f} s",
             f"healthy clusters' longest gap in delivery while another was faulted: "
             f"{seconds(described['healthy_gap_max_s'])}",
+            "leaks: "
+            + (
+                "not checked"
+                if described.get("leaks") is None
+                else "; ".join(described["leaks"]) or "none (threads, clients, descriptors, memory)"
+            )
+            + f"; job RSS peak per fault window (MB): {described.get('rss_peak_per_window_mb') or '-'}",
         ]
     )
 
@@ -68,6 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("single-node", "three-broker"),
         default="single-node",
         help="three single-node clusters (default) or one three-broker cluster (replication 3)",
+    )
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help="comma-separated fault kinds to draw from (default: $MCS_CHAOS_KINDS, else every kind)",
     )
     parser.add_argument(
         "--no-save", action="store_true", help="do not write benchmarks/results/chaos-<topology>.json"
@@ -85,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         names, nodes = chaos.TOPOLOGIES[args.topology]
         clusters = pool.proxied(names, nodes=nodes)
-        config = chaos.SoakConfig(seconds=args.seconds, seed=seed, rate=args.rate)
+        kinds = chaos.kinds_from_env(None if args.kinds is None else {chaos.KINDS_ENV: args.kinds})
+        config = chaos.SoakConfig(seconds=args.seconds, seed=seed, rate=args.rate, kinds=kinds)
         soak = chaos.ChaosSoak(
             clusters, pool.toxiproxy(), config, workdir, say=lambda s: print(s, flush=True)
         )
@@ -100,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **described}
         out["machine"] = machine_info("kafka")
         (RESULTS_DIR / f"chaos-{args.topology}.json").write_text(json.dumps(out, indent=2) + "\n")
-    if result.report.ok and not result.job_crashes and result.drained:
+    leaked = result.leaks is None or bool(result.leaks.problems)
+    if result.report.ok and not result.job_crashes and result.drained and not leaked:
         soak.cleanup()
         return 0
     print(f"files kept in {workdir}")

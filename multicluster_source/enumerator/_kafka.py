@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -201,9 +202,15 @@ class KafkaClusterEnumerator:
         serve = getattr(admin, "poll", None)  # an admin client serves error_cb and logger only in poll()
         try:
             return self._discover_with(admin, topics, known, seen)
+        except BaseException as error:
+            # The error goes to the coordinator (and may wait there after close): its frames must not hold
+            # the admin client, which has no close() and lives, threads and connections, while referenced.
+            traceback.clear_frames(error.__traceback__)
+            raise
         finally:
             if callable(serve):
                 serve(0)
+            admin = serve = None  # this frame stays in the traceback too
 
     def _discover_with(
         self, admin: Any, topics: frozenset[str], known: frozenset[tuple[str, int]], seen: frozenset[str]

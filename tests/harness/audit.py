@@ -19,7 +19,10 @@ still in their logs. :func:`audit` checks, per partition:
 - **conflicting values**: one offset with two different values (delivered, or delivered and acknowledged);
 - **backwards**: a run delivering an offset below the one before it.
 
-A partition is *stuck* when records at its tail are lost. Everything is plain Python: no broker is needed.
+A partition is *stuck* when records at its tail are lost. :meth:`AuditReport.summary` gives the totals and
+then every partition's verdict (:meth:`PartitionAudit.verdict`), not only the first failure: missing records
+as ranges, each a hole or the tail, with how many of them the broker's log still holds. Everything is plain
+Python: no broker is needed (the log reader is the caller's: ``harness.chaos.read_log``).
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ class PartitionAudit:
     acknowledged: int = 0
     delivered: int = 0
     deleted_unread: int = 0
+    last_delivered: int = -1  # the highest offset any run delivered (-1: none)
     lost: list[Lost] = field(default_factory=list)
     in_run_duplicates: list[Duplicate] = field(default_factory=list)
     allowed_duplicates: list[Duplicate] = field(default_factory=list)
@@ -136,6 +140,64 @@ class PartitionAudit:
             or self.conflicting_values
             or self.backwards
         )
+
+    def verdict(self, examples: int = 5) -> str:
+        """One line on this partition: ``OK`` with its counts, or every kind of finding it has, with missing
+        records as *holes* (skipped: later offsets were delivered) and a *tail* (the partition stopped after
+        its last delivered offset), each range with how much of it the broker's log still holds."""
+        name = "/".join(map(str, self.key))
+        delivered_offsets = self.acknowledged - self.deleted_unread - len(self.lost)
+        counts = (
+            f"{self.acknowledged} acknowledged, {self.delivered} delivered"
+            + (f", {self.deleted_unread} deleted unread" if self.deleted_unread else "")
+            + (f", {len(self.allowed_duplicates)} again after a restore" if self.allowed_duplicates else "")
+        )
+        if self.ok:
+            return f"{name}: OK ({counts})"
+        findings = []
+        holes = [x for x in self.lost if not x.tail]
+        tail = [x for x in self.lost if x.tail]
+        if tail:
+            findings.append(
+                f"STALLED after offset {self.last_delivered}: a tail of {len(tail)} never delivered, "
+                f"{_missing_spans(tail, examples)}"
+            )
+        if holes:
+            findings.append(f"{len(holes)} lost in holes {_missing_spans(holes, examples)}")
+        if self.lost:
+            findings.append(f"{max(delivered_offsets, 0)} of the acknowledged were delivered")
+        if self.gaps:
+            spans = [f"run {g.run}: {_span(g.first, g.last)}" for g in self.gaps]
+            findings.append(f"{len(self.gaps)} gaps without a logged reset ({_listed(spans, examples)})")
+        if self.in_run_duplicates:
+            spans = [
+                f"run {run}: {_span(a, b)}"
+                for run in sorted({d.run for d in self.in_run_duplicates})
+                for a, b in ranges(d.offset for d in self.in_run_duplicates if d.run == run)
+            ]
+            findings.append(
+                f"{len(self.in_run_duplicates)} duplicates within one run, where nothing allows them "
+                f"({_listed(spans, examples)})"
+            )
+        if self.duplicates_beyond_bound:
+            spans = [
+                f"run {run} (restored from {bound}): {_span(a, b)}"
+                for run, bound in sorted({(d.run, d.bound or 0) for d in self.duplicates_beyond_bound})
+                for a, b in ranges(
+                    d.offset for d in self.duplicates_beyond_bound if (d.run, d.bound or 0) == (run, bound)
+                )
+            ]
+            findings.append(
+                f"{len(self.duplicates_beyond_bound)} duplicates before the restored position "
+                f"({_listed(spans, examples)})"
+            )
+        if self.conflicting_values:
+            shown = [_span(a, b) for a, b in ranges(self.conflicting_values)]
+            findings.append(f"two values at offsets {_listed(shown, examples)}")
+        if self.backwards:
+            steps = [f"run {run}: {prev} -> {off}" for run, prev, off in self.backwards]
+            findings.append(f"{len(self.backwards)} steps back ({_listed(steps, examples)})")
+        return f"{name}: FAILED ({counts}): " + "; ".join(findings)
 
 
 @dataclass
@@ -209,7 +271,8 @@ class AuditReport:
         return all(p.ok for p in self.partitions.values())
 
     def summary(self, examples: int = 5) -> str:
-        """A few lines: the totals, then up to ``examples`` findings of each kind per partition."""
+        """The totals, then every partition's verdict (:meth:`PartitionAudit.verdict`), failed ones first;
+        at most ``examples`` ranges or findings of each kind are spelled out per partition."""
         lines = [
             f"audit of {len(self.partitions)} partitions, {self.runs} run(s): {self.acknowledged} acknowledged, "
             f"{self.delivered} delivered, {self.deleted_unread} deleted unread; lost {self.lost}, in-run duplicates {self.in_run_duplicates}, "
@@ -218,40 +281,47 @@ class AuditReport:
             f"{self.conflicting_values}, backwards {self.backwards}, stuck partitions "
             f"{len(self.stuck_partitions)}: {'OK' if self.ok else 'FAILED'}"
         ]
-        for key, p in sorted(self.partitions.items()):
-            if p.ok:
-                continue
-            name = "/".join(map(str, key))
-            if p.lost:
-                tail = [x.offset for x in p.lost if x.tail]
-                holes = [x.offset for x in p.lost if not x.tail]
-                in_log = sum(x.in_log is True for x in p.lost)
-                unknown = sum(x.in_log is None for x in p.lost)
-                lines.append(
-                    f"  {name}: lost {len(p.lost)} ({len(tail)} at the tail from {tail[:1]}, {len(holes)} in "
-                    f"holes {holes[:examples]}); in the broker's log: {in_log}, not looked up: {unknown}"
-                )
-            if p.in_run_duplicates:
-                pairs = [(d.run, d.offset) for d in p.in_run_duplicates[:examples]]
-                lines.append(f"  {name}: {len(p.in_run_duplicates)} in-run duplicates (run, offset): {pairs}")
-            if p.duplicates_beyond_bound:
-                shown = [(d.run, d.offset, d.bound) for d in p.duplicates_beyond_bound[:examples]]
-                lines.append(
-                    f"  {name}: {len(p.duplicates_beyond_bound)} duplicates before the restored position "
-                    f"(run, offset, bound): {shown}"
-                )
-            if p.gaps:
-                spans = [(g.run, g.first, g.last) for g in p.gaps[:examples]]
-                lines.append(
-                    f"  {name}: {len(p.gaps)} gaps without a logged reset (run, first, last): {spans}"
-                )
-            if p.conflicting_values:
-                lines.append(f"  {name}: two values at offsets {p.conflicting_values[:examples]}")
-            if p.backwards:
-                lines.append(
-                    f"  {name}: {len(p.backwards)} steps back (run, previous, offset): {p.backwards[:examples]}"
-                )
+        ordered = sorted(self.partitions.items(), key=lambda item: (item[1].ok, item[0]))
+        lines += [f"  {p.verdict(examples)}" for _key, p in ordered]
         return "\n".join(lines)
+
+
+def ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Offsets as inclusive runs of consecutive values: ``[3, 4, 5, 9]`` -> ``[(3, 5), (9, 9)]``."""
+    spans: list[tuple[int, int]] = []
+    for offset in sorted(set(offsets)):
+        if spans and offset == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], offset)
+        else:
+            spans.append((offset, offset))
+    return spans
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def _listed(items: Sequence[str], examples: int) -> str:
+    shown = ", ".join(items[:examples])
+    return shown if len(items) <= examples else f"{shown} and {len(items) - examples} more"
+
+
+def _missing_spans(lost: Sequence[Lost], examples: int) -> str:
+    """Lost records as ranges, each with how many of them the broker's log still holds."""
+    by_offset = {x.offset: x for x in lost}
+    parts = []
+    for first, last in ranges(by_offset):
+        span = [by_offset[o] for o in range(first, last + 1)]
+        looked_up = [x for x in span if x.in_log is not None]
+        if not looked_up:
+            where = "log not read"
+        else:
+            present = sum(x.in_log is True for x in looked_up)
+            where = f"{present} of {len(span)} in the broker's log"
+            if len(looked_up) < len(span):
+                where += f", {len(span) - len(looked_up)} not looked up"
+        parts.append(f"{_span(first, last)} ({where})")
+    return _listed(parts, examples)
 
 
 def audit(
@@ -337,7 +407,7 @@ def _audit_partition(
             previous = offset if previous is None else max(previous, offset)
         seen_before |= seen_here
     result.conflicting_values = sorted(conflicts)
-    last_delivered = max(seen_before, default=-1)
+    last_delivered = result.last_delivered = max(seen_before, default=-1)
     undelivered = set(acked) - seen_before
     missing = sorted(o for o in undelivered if o >= log_start)
     result.deleted_unread = len(undelivered) - len(missing)

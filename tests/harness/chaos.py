@@ -15,7 +15,14 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   seconds (from the previous fault's start, never before the previous heal), lasting ``lasting`` seconds;
   ``delete-records`` caps the link at 1 KB/s so that the job falls behind, then deletes the partition up to
   its high watermark as it heals: the job must log an offset reset, and the records it had not read count
-  as deleted, not lost;
+  as deleted, not lost; ``partition`` disables a node's proxy (the job's connections to it are dropped
+  and new ones refused; on the three-broker cluster it cuts the job off from a partition leader, which
+  keeps its followers: the brokers talk to each other directly, not through Toxiproxy); ``disk-full`` fills
+  a node's data tmpfs (``KafkaCluster.fill_disk``): Kafka's next write fails, its log directory goes offline
+  and the node stops; the heal frees the disk and restarts the node (left out, and said so, where the
+  clusters could not mount a tmpfs);
+- the job reports its own process (``harness.leaks``): RSS per fault window and, after the last run closed
+  its stream, no ``mcs-`` thread, librdkafka client or descriptor left (:class:`LeakReport`);
 - after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
   came (at most ``drain_timeout`` seconds); then the audit, with lost records looked up in the brokers' logs.
 
@@ -25,6 +32,7 @@ Every thread is joined and every process ended before :meth:`ChaosSoak.run` retu
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -39,7 +47,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +62,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from harness.audit import AuditReport, PartitionKey, Record, Reset, Run, audit
+from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, Run, audit
+from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
+from harness.leaks import LeakReport, ProcessFacts, RunHealth, leak_report
 from harness.pool import proxy_name
 from harness.processes import end_process, tail_file
 from harness.toxiproxy import Toxiproxy
@@ -68,6 +78,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED_ENV = "MCS_CHAOS_SEED"
 SECONDS_ENV = "MCS_CHAOS_SECONDS"
 TOPOLOGY_ENV = "MCS_CHAOS_TOPOLOGY"
+KINDS_ENV = "MCS_CHAOS_KINDS"
 TOPOLOGIES: dict[str, tuple[tuple[str, ...], int]] = {
     # name -> (the pool's proxied clusters, nodes each)
     "single-node": (("chaos-east", "chaos-west", "chaos-central"), 1),
@@ -80,11 +91,13 @@ FAULT_KINDS = (
     "pause",
     "latency",
     "blackhole",
+    "partition",
     "reset-peer",
     "bandwidth",
     "topic-removed",
     "job-kill-9",
     "delete-records",
+    "disk-full",
 )
 TOPICS = {"chaos-a": 2, "chaos-b": 1}
 REMOVABLE_TOPIC = "chaos-b"
@@ -92,6 +105,18 @@ REMOVABLE_TOPIC = "chaos-b"
 _RESET_LINE = re.compile(
     r"cluster=(\S+) topic=(\S+) partition=(\d+): offset (\d+) is out of range.*?reset to the \w+ offset (\S+)"
 )
+
+
+def kinds_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """``$MCS_CHAOS_KINDS`` (comma-separated fault kinds, to replay or study a few) if set, else every kind."""
+    value = (environ if environ is not None else os.environ).get(KINDS_ENV, "").strip()
+    if not value:
+        return FAULT_KINDS
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown:
+        raise ValueError(f"{KINDS_ENV}: unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
+    return kinds
 
 
 def seed_from_env(environ: dict[str, str] | None = None) -> int:
@@ -142,8 +167,10 @@ class SoakResult:
     runs: int
     job_crashes: list[str] = field(default_factory=list)
     producer_errors: int = 0
+    producer_error_kinds: dict[str, int] = field(default_factory=dict)
     drain_seconds: float = 0.0
     drained: bool = False
+    leaks: LeakReport | None = None
 
     def recovery_percentiles(self) -> tuple[float | None, float | None]:
         """p50 and p99 of the recovery times (None without any)."""
@@ -165,10 +192,12 @@ class SoakResult:
         p50, p99 = self.recovery_percentiles()
         unrecovered = sum(f.recovery is None for f in self.faults)
         fmt = lambda x: "-" if x is None else f"{x:.1f}s"  # noqa: E731
+        by_error = ", ".join(f"{k} {n}" for k, n in sorted(self.producer_error_kinds.items()))
         lines = [
             f"chaos soak seed={self.seed} seconds={self.config.seconds:.0f}: {len(self.faults)} faults "
             f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); {self.runs} job run(s), "
-            f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}; drained "
+            f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}"
+            f"{f' ({by_error})' if by_error else ''}, not acknowledged, so not owed; drained "
             f"{'yes' if self.drained else 'NO'} in {self.drain_seconds:.1f}s; recovery p50 {fmt(p50)} "
             f"p99 {fmt(p99)}, not recovered {unrecovered}; healthy clusters' longest gap during faults "
             f"{fmt(self.healthy_gap_max())}",
@@ -179,6 +208,8 @@ class SoakResult:
             ),
             self.report.summary(),
         ]
+        if self.leaks is not None:
+            lines.append(self.leaks.summary())
         lines += [f"crash: {c}" for c in self.job_crashes]
         return "\n".join(lines)
 
@@ -196,6 +227,7 @@ class _Producer:
         self._lock = threading.Lock()
         self.acked: list[Record] = []
         self.errors = 0
+        self.error_kinds: Counter[str] = Counter()  # error name -> count (delivery reports and produce calls)
         self._fatal = False
         self.thread = threading.Thread(target=self._run, name=f"mcs-chaos-producer-{cluster.cluster_id}")
 
@@ -213,6 +245,7 @@ class _Producer:
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self.errors += 1
+            self.error_kinds[err.name()] += 1
             self._fatal = self._fatal or err.fatal()
             return
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
@@ -243,8 +276,9 @@ class _Producer:
                     seq += 1
                 except BufferError:
                     pass
-                except KafkaException:  # a fatal state shows here too: counted, and a new producer
+                except KafkaException as exc:  # a fatal state shows here too: counted, and a new producer
                     self.errors += 1
+                    self.error_kinds[exc.args[0].name() if exc.args else "KafkaException"] += 1
                     self._fatal = True
                 producer.poll(0)
                 self._stop.wait(1.0 / self._rate)
@@ -271,6 +305,28 @@ class _Job:
         """The stderr of run ``run``."""
         return self._workdir / f"job-{run}.log"
 
+    def health_file(self, run: int) -> Path:
+        """What run ``run`` reported about its own process (see ``jobs/chaos_job.py``)."""
+        return self._workdir / f"health-{run}.jsonl"
+
+    def health(self, run: int) -> RunHealth:
+        """Run ``run``'s reports (a line cut by a ``kill -9`` is left out)."""
+        result = RunHealth(run)
+        path = self.health_file(run)
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if "baseline" in entry:
+                result.baseline = ProcessFacts.from_dict(entry["baseline"])
+            elif "facts" in entry:
+                result.samples.append((float(entry["t"]), ProcessFacts.from_dict(entry["facts"])))
+            elif "closed" in entry:
+                result.closed = ProcessFacts.from_dict(entry["closed"])
+                result.leaks = list(entry["leaks"])
+        return result
+
     def start(self) -> None:
         """Start a new run (restored from the newest checkpoint, if there is one)."""
         run = len(self.runs)
@@ -286,6 +342,7 @@ class _Job:
                     str(out),
                     self._group,
                     str(self._interval),
+                    str(self.health_file(run)),
                 ],
                 env=dict(os.environ, PYTHONPATH=str(ROOT)),
                 stdin=subprocess.DEVNULL,
@@ -312,9 +369,10 @@ class _Job:
             self.proc = None
 
     def stop(self) -> None:
-        """End the running job (SIGTERM, then SIGKILL)."""
+        """End the running job: SIGTERM (it closes its stream and reports its leak check), then SIGKILL
+        after 60 s."""
         if self.proc is not None:
-            end_process(self.proc, graceful=True, timeout=15.0)
+            end_process(self.proc, graceful=True, timeout=60.0)
             self.proc = None
 
     def died(self) -> str | None:
@@ -375,28 +433,42 @@ class _Job:
         return resets
 
 
-def read_log(clusters: dict[str, KafkaCluster]) -> Callable[[PartitionKey, Sequence[int]], set[int]]:
-    """A :data:`harness.audit.LogReader` over the brokers (a fresh consumer, straight to the broker)."""
+def read_log(clusters: Mapping[str, Cluster], timeout: float = 30.0) -> LogReader:
+    """A :data:`harness.audit.LogReader` over the brokers: a plain confluent-kafka consumer of its own (no
+    group commits, straight to the broker, not through a proxy) reads the partition from the lowest offset
+    asked for to its end (or for ``timeout`` seconds) and answers which of the offsets it saw."""
 
     def read(key: PartitionKey, offsets: Sequence[int]) -> set[int]:
         cluster, topic, partition = key
         wanted, found = set(offsets), set[int]()
         consumer = Consumer(
             clusters[cluster].client_config(
-                **{"group.id": f"chaos-audit-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+                **{
+                    "group.id": f"audit-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",  # below the log start: what is left of it
+                    "log_level": 2,
+                }
             )
         )
         try:
             consumer.assign([TopicPartition(topic, partition, min(wanted))])
-            deadline = time.monotonic() + 30.0
-            while time.monotonic() < deadline and max(wanted) not in found:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
-                offset = None if msg is None or msg.error() is not None else msg.offset()
-                if offset is None:
+                if msg is None:
                     continue
-                found.add(offset)
-                if offset >= max(wanted):
-                    break
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                offset = msg.offset()
+                if offset is not None:
+                    found.add(offset)
+                    if offset >= max(wanted):
+                        break
         finally:
             consumer.close()
         return found & wanted
@@ -427,6 +499,7 @@ class ChaosSoak:
         self._metadata = workdir / "streams.yaml"
         self._t0 = 0.0
         self._deleted: dict[PartitionKey, int] = {}  # partition -> log start set by a deletion
+        self._full_disks: set[tuple[str, int]] = set()  # (cluster, node) whose disk a fault filled
 
     def _now(self) -> float:
         return time.monotonic() - self._t0
@@ -469,6 +542,8 @@ class ChaosSoak:
         elif kind == "blackhole":
             for stream in ("upstream", "downstream"):
                 self._toxiproxy.add_toxic(proxy, "timeout", {"timeout": 0}, stream=stream)
+        elif kind == "partition":  # cut off from the job: open connections dropped, new ones refused
+            self._toxiproxy.set_enabled(proxy, False)
         elif kind == "reset-peer":
             self._toxiproxy.add_toxic(proxy, "reset_peer", {"timeout": 2000}, stream="upstream")
         elif kind == "delete-records":  # the reader falls behind; the heal deletes what it has not read
@@ -477,6 +552,12 @@ class ChaosSoak:
             self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 4})  # KB/s
         elif kind == "topic-removed":
             self._write_metadata(without=(target, REMOVABLE_TOPIC))
+        elif kind == "disk-full":  # the node's data tmpfs filled: its next write fails
+            self._full_disks.add((target, node))
+            written = cluster.fill_disk(node)
+            self._say(
+                f"[chaos seed={self._config.seed}] filled {target} node {node}'s disk with {written} bytes"
+            )
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -496,7 +577,12 @@ class ChaosSoak:
         return {entry for entry in owed if entry[1] < self._deleted.get(entry[0], -1)}
 
     def _restore_nodes(self) -> None:
-        """Resume every paused node and start every stopped one."""
+        """Free every filled disk (and stop its node: Kafka takes a failed log directory back only on a
+        restart), resume every paused node and start every stopped one."""
+        for target, node in sorted(self._full_disks):
+            self._clusters[target].free_disk(node)
+            self._clusters[target].stop_node(node, graceful=False)
+        self._full_disks.clear()
         for cluster in self._clusters.values():
             for node in sorted(cluster.node_racks):
                 cluster.resume_node(node)
@@ -513,6 +599,15 @@ class ChaosSoak:
     def run(self) -> SoakResult:
         """Run the soak; every thread and process it starts has ended when it returns."""
         config = self._config
+        unlimited = sorted(cid for cid, c in self._clusters.items() if not c.disk_limited)
+        if "disk-full" in config.kinds and unlimited:
+            kinds = [k for k in config.kinds if k != "disk-full"]
+            if not kinds:
+                raise ValueError(f"disk-full is the only kind, and {unlimited} have no disk of their own")
+            self._say(
+                f"[chaos] no disk-full faults: {unlimited} have no tmpfs of their own (mounting refused)"
+            )
+            config = self._config = dataclasses.replace(config, kinds=tuple(kinds))
         self._workdir.mkdir(parents=True, exist_ok=True)
         self._toxiproxy.reset()
         for cid, cluster in self._clusters.items():
@@ -592,8 +687,10 @@ class ChaosSoak:
                 next_fault = max(fault.started + self._rng.uniform(*config.every), self._now() + 1.0)
             self._heal_all(job)
             stop.set()
-            for p in producers:
-                p.thread.join(200.0)
+            joined_by = time.monotonic() + 200.0  # the producers flush; recoveries are still measured
+            while any(p.thread.is_alive() for p in producers) and time.monotonic() < joined_by:
+                tick()
+                time.sleep(0.25)
             drain_started = time.monotonic()
             owed = acked_now()
             owed -= self._gone(owed)
@@ -618,6 +715,9 @@ class ChaosSoak:
             if with_errors:
                 raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
         healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
+        leaks = leak_report(
+            [job.health(run) for run in range(len(job.runs))], [f.started for f in faults], wall0
+        )
         acknowledged = [r for p in producers for r in p.snapshot()]
         report = audit(
             acknowledged,
@@ -634,8 +734,10 @@ class ChaosSoak:
             runs=len(job.runs),
             job_crashes=crashes,
             producer_errors=sum(p.errors for p in producers),
+            producer_error_kinds=dict(sum((p.error_kinds for p in producers), Counter[str]())),
             drain_seconds=drain_seconds,
             drained=drained,
+            leaks=leaks,
         )
 
     def cleanup(self) -> None:
@@ -686,4 +788,8 @@ def describe(result: SoakResult) -> dict[str, Any]:
         "healthy_gap_max_s": result.healthy_gap_max(),
         "drained": result.drained,
         "drain_seconds": result.drain_seconds,
+        "leaks": None if result.leaks is None else result.leaks.problems,
+        "rss_peak_per_window_mb": None
+        if result.leaks is None
+        else [round(p, 1) for _s, p in result.leaks.windows],
     }

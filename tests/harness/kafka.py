@@ -52,6 +52,31 @@ class _PortTaken(Exception):
     """A port chosen for a broker was taken before the broker bound it."""
 
 
+_FILLER = "disk-filler"
+
+
+def _mount_tmpfs(path: Path, size_mb: int) -> bool:
+    """Mount a tmpfs of ``size_mb`` MiB at ``path`` (created); False when mounting is not allowed."""
+    path.mkdir(parents=True, exist_ok=True)
+    mount = shutil.which("mount")
+    if mount is None:
+        return False
+    result = subprocess.run(
+        [mount, "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+    )
+    return result.returncode == 0
+
+
+def _unmount(path: Path) -> None:
+    """Unmount ``path`` if it is a mount point (lazily: a process still inside does not keep it)."""
+    umount = shutil.which("umount")
+    if umount is not None and os.path.ismount(path):
+        subprocess.run([umount, "-l", str(path)], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+
+
 @dataclass
 class _Node:
     node_id: int
@@ -92,6 +117,7 @@ class KafkaCluster(Cluster):
         config: Mapping[str, str] | None = None,
         full_jit: bool = False,
         proxied: bool = False,
+        data_tmpfs_mb: int | None = None,
     ) -> None:
         """``full_jit``: the JVM's default compilers (C1 and C2), as brokers run in production, for benchmarks;
         the tests' default stops at C1 (faster start, less JIT CPU, slower request handling).
@@ -99,8 +125,14 @@ class KafkaCluster(Cluster):
         ``proxied``: each node's client listener is advertised at a port of its own (``proxy_ports``) where
         the caller runs a proxy to the node's listener (a Toxiproxy: :mod:`harness.chaos`); clients of
         ``proxied_bootstrap_servers`` then go through the proxies, while the brokers talk to each other and
-        the harness's own clients (``bootstrap_servers``) talk to the brokers on a direct listener."""
+        the harness's own clients (``bootstrap_servers``) talk to the brokers on a direct listener.
+
+        ``data_tmpfs_mb``: each node's data directory is a tmpfs of that size, so that a test can fill it
+        (:meth:`fill_disk`); mounting needs the right to (root with ``CAP_SYS_ADMIN``): where it is refused,
+        the cluster starts on the ordinary disk and :attr:`disk_limited` is False."""
         super().__init__(cluster_id)
+        self._data_tmpfs_mb = data_tmpfs_mb
+        self.disk_limited = False
         self._full_jit = full_jit
         self._proxied = proxied
         if nodes < 1 or (racks is not None and len(racks) != nodes):
@@ -197,6 +229,10 @@ class KafkaCluster(Cluster):
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self._nodes)
         for node in self._nodes:
             node.directory.mkdir()
+            if self._data_tmpfs_mb is not None:
+                self.disk_limited = _mount_tmpfs(node.directory / "data", self._data_tmpfs_mb)
+                if not self.disk_limited:
+                    self._data_tmpfs_mb = None  # no right to mount: every node on the ordinary disk
             props = self._properties(node, voters)
             text = "".join(f"{k}={v}\n" for k, v in props.items())
             (node.directory / "server.properties").write_text(text)
@@ -386,6 +422,30 @@ class KafkaCluster(Cluster):
         self._launch(node)
         self._await_ready([node], self._startup_timeout)
 
+    def fill_disk(self, node_id: int) -> int:
+        """Fill the node's data tmpfs (``data_tmpfs_mb``) with a file of zeros up to the last byte; return
+        the bytes written. Kafka's next write there fails (its log directory goes offline)."""
+        if not self.disk_limited:
+            raise RuntimeError(f"{self!r}: the data directories are not on a tmpfs of their own")
+        written = 0
+        with open(self._node(node_id).directory / "data" / _FILLER, "ab", buffering=0) as f:
+            for size in (1 << 20, 4096, 1):  # big blocks, then what is left of the last one
+                block = bytes(size)
+                while True:
+                    try:
+                        n = f.write(block)
+                    except OSError:  # ENOSPC
+                        break
+                    if not n:
+                        break
+                    written += n
+        return written
+
+    def free_disk(self, node_id: int) -> None:
+        """Remove what :meth:`fill_disk` wrote (the node needs a restart for Kafka to use the directory
+        again)."""
+        (self._node(node_id).directory / "data" / _FILLER).unlink(missing_ok=True)
+
     def stop(self, *, graceful: bool = True) -> None:
         """Close the shared clients, stop all nodes together, and remove the files (see ``keep_logs``)."""
         self._close_clients()
@@ -406,6 +466,7 @@ class KafkaCluster(Cluster):
         if self._workdir is not None:
             for node in self._nodes:
                 shutil.rmtree(node.directory / "data", ignore_errors=True)
+                _unmount(node.directory / "data")
             if not self.keep_logs:
                 shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -416,6 +477,8 @@ class KafkaCluster(Cluster):
                 end_process(node.proc, graceful=False)
         self._close_clients()
         if self._workdir is not None:
+            for node in self._nodes:
+                _unmount(node.directory / "data")
             shutil.rmtree(self._workdir, ignore_errors=True)
         self._nodes, self._workdir = [], None
 

@@ -29,6 +29,10 @@ RACK_CLUSTER_NAME = "racks"
 RACKS = ("a", "b", "c")
 
 
+PROXIED_DISK_MB = 128
+"""The size of each proxied node's data tmpfs, where mounting is allowed (the chaos soak's full disk)."""
+
+
 def proxy_name(cluster_id: str, node_id: int) -> str:
     """The name of the Toxiproxy proxy in front of one node of a proxied cluster."""
     return f"{cluster_id}-{node_id}"
@@ -149,7 +153,8 @@ class ClusterPool:
         """Shared Apache Kafka clusters of ``nodes`` nodes whose client listener is reached through the pool's
         Toxiproxy (``proxied_bootstrap_servers``; proxy ``<name>-<node id>``; see :meth:`toxiproxy`),
         started in parallel on first use (a name keeps the node count it was first started with). They are
-        not the clusters of :meth:`get`: faults injected on them never reach other tests' clusters."""
+        not the clusters of :meth:`get`: faults injected on them never reach other tests' clusters. Their
+        data directories are tmpfs of :data:`PROXIED_DISK_MB` where mounting is allowed (``disk_limited``)."""
         if self.kind != "kafka":
             raise ClusterUnavailable(f"{BROKERS_ENV}={self.kind}: proxied clusters need Apache Kafka")
         with self._lock:
@@ -157,7 +162,12 @@ class ClusterPool:
             if missing:
                 with ThreadPoolExecutor(len(missing), thread_name_prefix="mcs-cluster-start") as pool:
                     futures = {
-                        name: pool.submit(lambda n: KafkaCluster(n, nodes=nodes, proxied=True).start(), name)
+                        name: pool.submit(
+                            lambda n: KafkaCluster(
+                                n, nodes=nodes, proxied=True, data_tmpfs_mb=PROXIED_DISK_MB
+                            ).start(),
+                            name,
+                        )
                         for name in missing
                     }
                 failures = [f.exception() for f in futures.values() if f.exception() is not None]

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from harness import ClusterPool, ClusterUnavailable
+from harness.chaos import read_log
 from harness.kafka import KafkaCluster
 from harness.pool import proxy_name
 from harness.toxiproxy import Toxiproxy
@@ -91,3 +92,79 @@ def test_a_paused_broker_answers_once_resumed(proxied: tuple[KafkaCluster, Toxip
         assert acknowledged == [0]
     finally:
         producer.close()
+
+
+def test_the_audits_log_reader_tells_which_offsets_the_broker_still_holds(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    cluster, _toxiproxy = proxied
+    topic = cluster.create_topic("harness-log")
+    cluster.produce(topic, [f"r{i}".encode() for i in range(6)])
+    [future] = cluster.admin().delete_records([TopicPartition(topic, 0, 2)]).values()
+    future.result(30)
+    read = read_log({cluster.cluster_id: cluster}, timeout=120.0)
+    started = time.monotonic()
+    # 0 and 1 deleted, 3 and 5 in the log, 9 never written: the end of the partition ends the read
+    assert read((cluster.cluster_id, topic, 0), [0, 1, 3, 5, 9]) == {3, 5}
+    assert time.monotonic() - started < 60.0, "the reader waited for its timeout instead of the log's end"
+    assert read((cluster.cluster_id, topic, 0), [4]) == {4}
+
+
+def test_a_disabled_proxy_cuts_the_reader_off_until_the_heal(proxied: tuple[KafkaCluster, Toxiproxy]) -> None:
+    cluster, toxiproxy = proxied
+    topic = cluster.create_topic("harness-partition")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.proxied_bootstrap_servers,
+            "group.id": "harness-partition",
+            "enable.auto.commit": False,
+            "reconnect.backoff.max.ms": 1000,
+            "log_level": 0,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        cluster.produce(topic, [b"before"])
+        assert _read(consumer, 1, 30) == [b"before"]
+        toxiproxy.set_enabled(proxy_name("chaos-east", 0), False)
+        cluster.produce(topic, [b"during"])
+        assert _read(consumer, 1, 3) == [], "a record came through a disabled proxy"
+        toxiproxy.reset()  # the heal enables every proxy again
+        assert _read(consumer, 1, 60) == [b"during"], "the reader did not come back after the heal"
+    finally:
+        consumer.close()
+        toxiproxy.reset()
+
+
+def test_a_full_disk_stops_the_broker_and_a_restart_on_the_freed_disk_keeps_every_record(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    cluster, _toxiproxy = proxied
+    if not cluster.disk_limited:
+        pytest.skip("no tmpfs could be mounted for the brokers' data here (mounting needs CAP_SYS_ADMIN)")
+    topic = cluster.create_topic("harness-disk")
+    cluster.produce(topic, [b"before"])
+    producer = cluster.producer(**{"acks": "all", "enable.idempotence": True, "log_level": 0})
+    acked: list[int] = []
+    during = [f"during-{i:03d}-".encode().ljust(1024, b".") for i in range(64)]  # more than a page of log
+    try:
+        assert cluster.fill_disk(0) > 0
+        for value in during:
+            producer.produce(topic, value, on_delivery=lambda err, msg: acked.append(msg.offset() or 0))
+        producer.flush(20.0)  # a write that needs a new page fails: the log directory, the only one, is lost
+        halted = not cluster.node_running(0)
+    finally:
+        cluster.free_disk(0)
+        cluster.stop_node(0, graceful=False)
+        cluster.start_node(0)
+    assert halted, f"the broker went on with its only log directory failed:\n{cluster.log_tail(60)}"
+    assert producer.flush(60.0) == 0
+    assert sorted(acked) == list(range(1, 65)), (
+        "every record acknowledged once, after the restart if not before"
+    )
+    consumer = cluster.consumer()
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        assert _read(consumer, 65, 30) == [b"before", *during]
+    finally:
+        consumer.close()

@@ -1,13 +1,16 @@
 """The chaos soak (issue 33): three single-node Apache Kafka clusters behind Toxiproxy, a producer per
 cluster, the job as a subprocess with periodic checkpoints, and a seeded schedule of faults (broker restarts
-with SIGTERM and SIGKILL, pauses, latency, blackholes, connection resets, a bandwidth cap, a topic removed
-and re-added, ``kill -9`` of the job and its restore, ``delete_records`` under a reader that lags) for ``MCS_CHAOS_SECONDS`` (default 120); then heal,
-drain and the exact audit (``harness.chaos``, ``harness.audit``).
+with SIGTERM and SIGKILL, pauses, latency, blackholes, network partitions, connection resets, a bandwidth
+cap, a full disk, a topic removed and re-added, ``kill -9`` of the job and its restore, ``delete_records``
+under a reader that lags) for ``MCS_CHAOS_SECONDS`` (default 600: the 10 minutes CI runs); then heal,
+drain, the exact audit (``harness.chaos``, ``harness.audit``) and the job's leak checks (``harness.leaks``).
 
 The seed comes from ``MCS_CHAOS_SEED`` (else a new one); it is printed and in every assertion message:
 ``MCS_CHAOS_SEED=<seed> MCS_CHAOS_SECONDS=<s> pytest tests/integration/test_chaos_soak.py`` replays the
 schedule. ``MCS_CHAOS_TOPOLOGY=three-broker`` runs it on one three-broker cluster instead (replication 3,
-``min.insync.replicas`` 2; broker faults hit the leader). The long run is ``python benchmarks/bench_chaos.py``.
+``min.insync.replicas`` 2; broker faults hit the leader); ``MCS_CHAOS_KINDS=partition,pause`` limits the
+fault kinds. Hour-long runs are this test with ``MCS_CHAOS_SECONDS=3600`` (docs/reliability.md, "Long
+runs") or ``python benchmarks/bench_chaos.py``.
 """
 
 from __future__ import annotations
@@ -18,11 +21,24 @@ from pathlib import Path
 import pytest
 
 from harness import ClusterPool, ClusterUnavailable
-from harness.chaos import SECONDS_ENV, TOPOLOGIES, TOPOLOGY_ENV, ChaosSoak, SoakConfig, seed_from_env
+from harness.chaos import (
+    KINDS_ENV,
+    SECONDS_ENV,
+    TOPOLOGIES,
+    TOPOLOGY_ENV,
+    ChaosSoak,
+    SoakConfig,
+    kinds_from_env,
+    seed_from_env,
+)
 
 pytestmark = pytest.mark.integration
 
-SECONDS = float(os.environ.get(SECONDS_ENV, "120"))
+SECONDS = float(os.environ.get(SECONDS_ENV, "600"))
+HEALTHY_GAP_S = 20.0
+"""The longest a cluster not faulted may go without a delivery while another is: the issue's goal is < 1 s
+(clean runs here: 0.0-0.8 s); a cluster still coming back from its own fault just before may take a broker
+restart's time (up to 10 s seen), so this bound catches a stalled cluster, not a slow one."""
 TOPOLOGY = os.environ.get(TOPOLOGY_ENV, "single-node")
 
 
@@ -38,7 +54,8 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
         clusters = cluster_pool.proxied(names, nodes=nodes)
     except ClusterUnavailable as exc:
         pytest.skip(str(exc))
-    config = SoakConfig(seconds=SECONDS, seed=seed)
+    kinds = kinds_from_env()
+    config = SoakConfig(seconds=SECONDS, seed=seed, kinds=kinds)
 
     def say(line: str) -> None:
         with capsys.disabled():
@@ -48,8 +65,9 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     with capsys.disabled():
         print(result.summary())
     report = result.report
+    only = "" if os.environ.get(KINDS_ENV) is None else f" {KINDS_ENV}={','.join(kinds)}"
     replay = (
-        f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f} {TOPOLOGY_ENV}={TOPOLOGY})\n"
+        f"seed={seed} (replay: MCS_CHAOS_SEED={seed} {SECONDS_ENV}={SECONDS:.0f} {TOPOLOGY_ENV}={TOPOLOGY}{only})\n"
         f"{result.summary()}"
     )
     assert result.faults, f"no fault was injected: {replay}"
@@ -61,3 +79,9 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     assert report.in_run_duplicates == 0, f"records returned twice in one run: {replay}"
     assert report.duplicates_beyond_bound == 0, f"duplicates before a restored position: {replay}"
     assert (report.gaps, report.conflicting_values, report.backwards) == (0, 0, 0), replay
+    gap = result.healthy_gap_max()
+    assert gap is None or gap < HEALTHY_GAP_S, (
+        f"a cluster went {gap:.1f}s without a delivery while another was faulted (stalled?): {replay}"
+    )
+    # what a user would check after months of running: the stream closed, nothing of it left, memory level
+    assert result.leaks is not None and result.leaks.problems == [], f"leaks: {replay}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from harness.audit import PartitionKey, Record, Reset, Run, audit
+from harness.audit import PartitionKey, Record, Reset, Run, audit, ranges
 
 P: PartitionKey = ("east", "t", 0)
 Q: PartitionKey = ("west", "t", 1)
@@ -51,9 +51,10 @@ def test_lost_records_are_told_apart_as_tail_or_hole_and_looked_up_in_the_log() 
     assert report.stuck_partitions == [P]
     assert [(g.first, g.last) for g in report.partitions[P].gaps] == [(3, 4)]
     assert not report.ok
-    summary = report.summary()
-    assert "lost 4 (2 at the tail from [8], 2 in holes [3, 4])" in summary
-    assert "in the broker's log: 3" in summary
+    verdict = report.partitions[P].verdict()
+    assert "STALLED after offset 7: a tail of 2 never delivered, 8..9 (1 of 2 in the broker's log)" in verdict
+    assert "2 lost in holes 3..4 (2 of 2 in the broker's log)" in verdict
+    assert verdict in report.summary()
 
 
 def test_lost_records_without_a_log_reader_are_not_looked_up() -> None:
@@ -78,7 +79,7 @@ def test_duplicates_across_a_restore_are_judged_against_the_restored_position() 
     part = report.partitions[P]
     assert [(d.offset, d.bound) for d in part.duplicates_beyond_bound] == [(2, 5), (3, 5), (4, 5)]
     assert [d.offset for d in part.allowed_duplicates] == [5, 6, 7]
-    assert "duplicates before the restored position (run, offset, bound): [(1, 2, 5)" in report.summary()
+    assert "3 duplicates before the restored position (run 1 (restored from 5): 2..4)" in report.summary()
 
 
 def test_a_partition_missing_from_the_checkpoint_may_restart_from_the_beginning() -> None:
@@ -136,3 +137,47 @@ def test_records_deleted_before_they_were_read_are_not_lost_when_a_reset_skipped
     assert [(g.first, g.last) for g in silent.partitions[P].gaps] == [(3, 5)], "no reset logged: a gap"
     beyond = audit(acked(P, 9), [run], resets=[Reset(P, 3, 6)], deleted=key_deleted)
     assert [x.offset for x in beyond.partitions[P].lost] == [8], "records after the log start stay owed"
+
+
+def test_ranges_join_consecutive_offsets() -> None:
+    assert ranges([9, 3, 5, 4, 4, 11, 10]) == [(3, 5), (9, 11)]
+    assert ranges([]) == []
+
+
+def test_the_summary_gives_every_partitions_verdict_failed_ones_first_not_only_the_first_failure() -> None:
+    r: PartitionKey = ("central", "u", 2)
+    run = Run(recs(P, [0, 1, 2, 2]) + recs(Q, [0, 1, 3]) + recs(r, range(3)))
+    report = audit(acked(P, 3) + acked(Q, 6) + acked(r, 3), [run])
+    lines = report.summary().splitlines()
+    assert lines[0].endswith("FAILED")
+    assert [line.split(":")[0].strip() for line in lines[1:]] == ["east/t/0", "west/t/1", "central/u/2"]
+    assert lines[1] == (
+        "  east/t/0: FAILED (3 acknowledged, 4 delivered): 1 duplicates within one run, where nothing "
+        "allows them (run 0: 2)"
+    )
+    assert "STALLED after offset 3: a tail of 2 never delivered, 4..5 (log not read)" in lines[2]
+    assert "1 lost in holes 2 (log not read)" in lines[2]
+    assert "3 of the acknowledged were delivered" in lines[2]
+    assert "1 gaps without a logged reset (run 0: 2)" in lines[2]
+    assert lines[3] == "  central/u/2: OK (3 acknowledged, 3 delivered)"
+
+
+def test_a_stall_and_a_skip_are_told_apart_with_the_log_per_range_and_long_lists_are_cut() -> None:
+    delivered = [o for o in range(100) if o % 10 != 5]  # ten holes of one record each, then the tail
+    read, _asked = read_log_holding(set(range(100, 150)))
+    report = audit(acked(P, 200), [Run(recs(P, delivered))], read_log=read)
+    verdict = report.partitions[P].verdict(examples=3)
+    assert (
+        "STALLED after offset 99: a tail of 100 never delivered, 100..199 (50 of 100 in the broker's log)"
+        in verdict
+    )
+    assert "10 lost in holes 5 (1 of 1 in the broker's log)" not in verdict, (
+        "records not in the log are said so"
+    )
+    assert (
+        "10 lost in holes 5 (0 of 1 in the broker's log), 15 (0 of 1 in the broker's log), 25 (0 of 1 in the broker's log) and 7 more"
+        in verdict
+    )
+    skip_only = audit(acked(P, 10), [Run(recs(P, [0, 1, 2, 3, 9]))]).partitions[P]
+    assert not skip_only.stuck and "STALLED" not in skip_only.verdict()
+    assert "5 lost in holes 4..8" in skip_only.verdict()

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import bench_chaos
 from harness.audit import Record, Run, audit
-from harness.chaos import Fault, SoakConfig, SoakResult, describe, healthy_gaps, seed_from_env
+from harness.chaos import (
+    FAULT_KINDS,
+    Fault,
+    SoakConfig,
+    SoakResult,
+    describe,
+    healthy_gaps,
+    kinds_from_env,
+    seed_from_env,
+)
 
 
 def _result(recoveries: list[float | None]) -> SoakResult:
@@ -18,7 +29,10 @@ def _result(recoveries: list[float | None]) -> SoakResult:
 
 
 def test_the_summary_names_the_seed_the_faults_by_kind_and_the_audit() -> None:
-    text = _result([2.0, None]).summary()
+    result = _result([2.0, None])
+    result.producer_errors, result.producer_error_kinds = 3, {"_MSG_TIMED_OUT": 2, "_FATAL": 1}
+    text = result.summary()
+    assert "producer errors 3 (_FATAL 1, _MSG_TIMED_OUT 2), not acknowledged" in text
     assert "seed=7" in text
     assert "job-kill-9 1, pause 2" in text
     assert "not recovered 1" in text
@@ -40,6 +54,7 @@ def test_the_benchmark_table_shows_records_lost_and_duplicates_against_their_bou
     assert "lost: 0 (stuck partitions 0)" in table
     assert "1 after restores within their bounds, 0 beyond" in table
     assert "longest gap in delivery while another was faulted: 0.5 s" in table
+    assert "leaks: not checked; job RSS peak per fault window (MB): -" in table
 
 
 def test_a_healthy_clusters_longest_gap_is_taken_within_each_cluster_fault() -> None:
@@ -53,3 +68,11 @@ def test_a_healthy_clusters_longest_gap_is_taken_within_each_cluster_fault() -> 
 def test_the_seed_comes_from_the_environment_or_is_new() -> None:
     assert seed_from_env({"MCS_CHAOS_SEED": "42"}) == 42
     assert isinstance(seed_from_env({}), int)
+
+
+def test_the_fault_kinds_come_from_the_environment_or_are_all_of_them() -> None:
+    assert kinds_from_env({}) == FAULT_KINDS
+    assert "partition" in FAULT_KINDS
+    assert kinds_from_env({"MCS_CHAOS_KINDS": "partition, pause"}) == ("partition", "pause")
+    with pytest.raises(ValueError, match=r"unknown fault kinds \['partiton'\]"):
+        kinds_from_env({"MCS_CHAOS_KINDS": "partiton"})
