@@ -66,6 +66,9 @@ def main() -> None:
                 # a dead broker is noticed within seconds, and a request to it times out after 5 s
                 "socket.timeout.ms": "5000",
                 "reconnect.backoff.max.ms": "1000",
+                # a partition its client no longer fetches (librdkafka #4804, seen after a broker pause) is
+                # made again within 10 s, inside the soak's 20 s bound on a healthy cluster's gap
+                "reader.stall.timeout.ms": "10000",
             }
         )
         .build()
