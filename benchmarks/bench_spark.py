@@ -144,20 +144,11 @@ def _high(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def _arrow_schema() -> Any:
-    import pyarrow as pa
+    """The source's Arrow schema (Spark's Kafka columns plus ``cluster``): the raw loops make the same
+    batches, so both sides hand Spark the same data; only the schema is the library's."""
+    from multicluster_source.spark._read import arrow_schema
 
-    return pa.schema(
-        [
-            pa.field("cluster", pa.string()),
-            pa.field("key", pa.binary()),
-            pa.field("value", pa.binary()),
-            pa.field("topic", pa.string()),
-            pa.field("partition", pa.int32()),
-            pa.field("offset", pa.int64()),
-            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-            pa.field("timestampType", pa.int32()),
-        ]
-    )
+    return arrow_schema(False)
 
 
 def _raw_read(split: Split, consumers: dict[str, Any]) -> int:
