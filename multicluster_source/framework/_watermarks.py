@@ -39,6 +39,7 @@ __all__ = [
     "late_counts",
     "part_event_times",
     "widen_event_times",
+    "widened_event_times",
 ]
 
 TimestampAssigner = Callable[[Any], "int | None"]
@@ -275,6 +276,16 @@ def widen_event_times(times: dict[str, tuple[int, int]], split_id: str, low: int
     """Widen ``times[split_id]`` (smallest, largest) to take in ``low`` and ``high``."""
     seen = times.get(split_id)
     times[split_id] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
+
+
+def widened_event_times(
+    merged: dict[str, tuple[int, int]] | None, times: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """``merged`` (a new dict when None) with each split's range widened by ``times``."""
+    out = {} if merged is None else merged
+    for sid, (low, high) in times.items():
+        widen_event_times(out, sid, low, high)
+    return out
 
 
 def _present(stamps: list[int]) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from multicluster_source.exceptions import SourceFailedError
 from multicluster_source.sink._positions import encode_workers
@@ -34,7 +34,7 @@ def worker_sink(sink: ExactlyOnceKafkaSink, index: int) -> ExactlyOnceKafkaSink:
     return dataclasses.replace(sink, transactional_id=f"{sink.transactional_id}-{index}")
 
 
-def worker_ids(sink: ExactlyOnceKafkaSink, slots: range) -> list[str]:
+def worker_ids(sink: ExactlyOnceKafkaSink, slots: Iterable[int]) -> list[str]:
     """The transactional ids of worker slots ``slots``."""
     return [f"{sink.transactional_id}-{n}" for n in slots]
 

@@ -17,7 +17,7 @@ from multicluster_source.framework._events import SourceEvent, SplitsFinishedEve
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
 from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._split import KafkaPartitionSplit
-from multicluster_source.framework._watermarks import EventTimes, widen_event_times
+from multicluster_source.framework._watermarks import EventTimes, widened_event_times
 from multicluster_source.reader._records import RecordMaker
 from multicluster_source.runtime.core._delivery import Delivery
 from multicluster_source.runtime.core._factory import SourceFactory
@@ -58,16 +58,6 @@ ReaderFactory = Callable[["WorkerHost", "OnTopicRead | None"], SourceReader]
 _RECORDS = RecordMaker(None)
 _ALL = 1 << 30
 """No limit on the records of one take: the handler gets one fetch batch at a time (``gather=1``)."""
-
-
-def _widened(
-    merged: dict[str, tuple[int, int]] | None, times: Mapping[str, tuple[int, int]]
-) -> dict[str, tuple[int, int]]:
-    """``merged`` (a new dict when None) with each split's event-time range widened by ``times``."""
-    out = {} if merged is None else merged
-    for sid, (low, high) in times.items():
-        widen_event_times(out, sid, low, high)
-    return out
 
 
 class _CountingHandoff(Handoff):
@@ -331,7 +321,7 @@ class WorkerHost:
             self._unsent_last.update(self._tracker.times_of(positions))
         self._unsent_records += records
         if times:
-            self._unsent_times = _widened(self._unsent_times, times)
+            self._unsent_times = widened_event_times(self._unsent_times, times)
         if self._clock.monotonic() - self._last_delivered >= _DELIVERED_EVERY_S:
             self._flush_delivered_locked()
 
@@ -527,7 +517,7 @@ class WorkerHost:
         assert self._event_times is not None
         found = self._event_times(RecordBatch(cluster_id, messages, {}, times), records, self._watermark_now)
         if found:
-            self._chunk_times = _widened(self._chunk_times, found)
+            self._chunk_times = widened_event_times(self._chunk_times, found)
 
     def _failure(self, kind: str, error: BaseException) -> None:
         if self._failed:

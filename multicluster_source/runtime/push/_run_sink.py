@@ -67,8 +67,7 @@ class RunSinkGuard:
         with self._lock:
             fresh = sorted(set(workers) - self._fenced)
             if fresh:
-                ids = [tid for n in fresh for tid in worker_ids(session.sink, range(n, n + 1))]
-                fence_ids(session.sink, ids, self._name)
+                fence_ids(session.sink, worker_ids(session.sink, fresh), self._name)
                 self._fenced.update(fresh)
                 session.read_back()
                 _log.warning("source=%s: workers %s fenced at the exactly-once sink", self._name, fresh)

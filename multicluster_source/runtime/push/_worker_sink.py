@@ -25,7 +25,7 @@ from typing import Any
 from multicluster_source._clock import clock
 from multicluster_source.exceptions import ConfigurationError
 from multicluster_source.framework._split import KafkaPartitionSplit
-from multicluster_source.framework._watermarks import widen_event_times
+from multicluster_source.framework._watermarks import widened_event_times
 from multicluster_source.sink._sink import ExactlyOnceKafkaSink
 from multicluster_source.sink._transactions import TransactionAborted, TransactionalSink
 from multicluster_source.sink._workers import worker_sink
@@ -149,10 +149,7 @@ class WorkerTransactions:
         self._records += records
         self.taken = taken
         if times:
-            if self._times is None:
-                self._times = {}
-            for sid, (low, high) in times.items():
-                widen_event_times(self._times, sid, low, high)
+            self._times = widened_event_times(self._times, times)
 
     @property
     def idle(self) -> bool:
