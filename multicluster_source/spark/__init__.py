@@ -8,12 +8,13 @@ admission control and ``Trigger.AvailableNow``).
 What lives here: ``_options`` (the options), ``_offsets`` (the offset JSON, admission control), ``_driver``
 (metadata, discovery and offsets on Spark's driver), ``_read`` (one split's range read into Arrow batches on
 an executor), ``_source`` (the ``DataSource`` and its stream reader), ``_commits`` (committed micro-batches'
-offsets committed to each cluster under a group id, for lag monitoring), ``_metrics`` (the counter of records
-skipped with ``failOnDataLoss=false``). pyspark is imported only in this
-package, and only by :func:`register` (importing :mod:`multicluster_source` never imports it).
+offsets committed to each cluster under a group id, for lag monitoring), ``_handovers`` (``replicaOf``:
+which topics are read and where a copied split starts when its origin leaves), ``_metrics`` (the counter
+of records skipped with ``failOnDataLoss=false``). pyspark is imported only in this package, and only by
+:func:`register` (importing :mod:`multicluster_source` never imports it).
 
-May import: every layer below the public surface (``enumerator``, ``framework``, ``metadata``, ``ops``,
-``exceptions``); nothing imports this package.
+May import: every layer below the public surface (``enumerator``, ``framework``, ``metadata``,
+``replicas``, ``ops``, ``exceptions``); nothing imports this package.
 """
 
 from __future__ import annotations

@@ -24,10 +24,11 @@ from multicluster_source.framework._clientconf import (
 )
 from multicluster_source.framework._split import make_split_id, parse_split_id
 from multicluster_source.metadata._configmap import ConfigMapMetadataService
-from multicluster_source.metadata._file import FileMetadataService, WatchedMetadataService
-from multicluster_source.metadata._model import ClusterMetadata
+from multicluster_source.metadata._file import FileMetadataService
+from multicluster_source.metadata._model import ClusterMetadata, KafkaMetadataService
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._commits import GroupCommits
+from multicluster_source.spark._handovers import SparkHandovers
 from multicluster_source.spark._metrics import count_data_loss
 from multicluster_source.spark._offsets import (
     Range,
@@ -57,6 +58,23 @@ def _admin(conf: Mapping[str, Any]) -> Any:
     return AdminClient(dict(conf))
 
 
+def _metadata_service(options: SparkOptions) -> KafkaMetadataService:
+    """The metadata service the options name: a file or a mounted ConfigMap read again at every planning
+    (no watcher thread), or a compacted topic followed by its reader thread (never created here)."""
+    if options.metadata_servers is not None:
+        from multicluster_source.metadata.topic._kafka_topic import KafkaTopicMetadataService
+
+        return KafkaTopicMetadataService(
+            options.metadata_servers,
+            options.metadata_file,
+            client_properties=options.metadata_properties,
+            create_topic=False,
+        )
+    if options.metadata_key is None:
+        return FileMetadataService(options.metadata_file, poll_interval=0, watch=False)
+    return ConfigMapMetadataService(options.metadata_file, options.metadata_key, poll_interval=0, watch=False)
+
+
 class Planner:
     """Offsets and ranges of the micro-batches of one query (one instance on Spark's driver).
 
@@ -65,14 +83,15 @@ class Planner:
 
     def __init__(self, options: SparkOptions) -> None:
         self._options = options
-        self._service: WatchedMetadataService = (
-            FileMetadataService(options.metadata_file, poll_interval=0, watch=False)
-            if options.metadata_key is None
-            else ConfigMapMetadataService(
-                options.metadata_file, options.metadata_key, poll_interval=0, watch=False
-            )
-        )
+        self._service = _metadata_service(options)
         self._clusters: dict[str, ClusterMetadata] = {}
+        """The clusters read now: the declared metadata less the copies of origins read (``replicaOf``)."""
+        self._declared: dict[str, ClusterMetadata] = {}
+        self._handovers = SparkHandovers(
+            options.client_properties,
+            group_id=options.commit_group_id,
+            wait_s=options.replica_sync_wait_ms / 1000.0,
+        )
         self._seen: dict[str, ClusterMetadata] = {}
         """Every cluster the metadata described during this run, as last described (ranges planned
         before a cluster left the metadata are still read)."""
@@ -98,7 +117,7 @@ class Planner:
         options = self._options
         try:
             found = self._service.describe_streams(options.stream_ids)
-            clusters = merge_stream_clusters([c for s in found.values() for c in s.clusters.values()])
+            declared = merge_stream_clusters([c for s in found.values() for c in s.clusters.values()])
         except (MetadataError, ValueError) as exc:
             if not self._loaded:
                 raise ConfigurationError(f"{options.metadata_option}: {exc}") from exc
@@ -112,13 +131,15 @@ class Planner:
                 f"option streamIds: stream(s) {', '.join(missing)} not in the metadata of "
                 f"{options.metadata_option}"
             )
+        clusters = self._handovers.effective(declared)
         added = sorted(set(clusters) - set(self._clusters))
         removed = sorted(set(self._clusters) - set(clusters))
         if self._loaded and (added or removed):
             _log.info("metadata changed: clusters added %s, removed %s", added or "-", removed or "-")
         self._loaded = True
         self._clusters = clusters
-        self._seen.update(clusters)
+        self._declared = declared
+        self._seen.update(declared)
         return clusters
 
     def cluster(self, cluster_id: str) -> ClusterMetadata | None:
@@ -247,30 +268,43 @@ class Planner:
 
     def latest(self, start: Mapping[str, int], limit: int | None) -> dict[str, int]:
         """The end of the next micro-batch from ``start``: the metadata read again, new splits entered at
-        their earliest offset (read from the next micro-batch on), the others moved towards their latest
-        offsets, at most ``limit`` records in all."""
+        their earliest offset, replica splits taking over from an origin split at its translated position
+        (both read from the next micro-batch on), the others moved towards their latest offsets, at most
+        ``limit`` records in all."""
         positions = dict(start)
-        latest: dict[str, int] = {}
+        found: dict[str, TopicPartitions] = {}
         for cid, cluster in sorted(self.refresh().items()):
             try:
                 parts = self.partitions_of(cluster)
-                if self._target is not None:
-                    parts = [tp for tp in parts if make_split_id(cid, *tp) in self._target]
-                new = [tp for tp in parts if make_split_id(cid, *tp) not in positions]
-                known = [tp for tp in parts if make_split_id(cid, *tp) in positions]
+            except Exception as exc:
+                self._went_down(cid, exc)
+                continue
+            if self._target is not None:
+                parts = [tp for tp in parts if make_split_id(cid, *tp) in self._target]
+            found[cid] = parts
+        handed = self._handovers.translate(
+            self._declared,
+            {cid: [make_split_id(cid, *tp) for tp in parts] for cid, parts in found.items()},
+            positions,
+            self._down,
+        )
+        latest: dict[str, int] = {}
+        for cid, parts in found.items():
+            cluster = self._clusters[cid]
+            ids = {make_split_id(cid, t, p): (t, p) for t, p in parts}
+            try:
+                new = [tp for key, tp in ids.items() if key not in positions and key not in handed]
+                known = [tp for key, tp in ids.items() if key in positions]
                 entered = self.offsets(cluster, "earliest", new)
                 if entered:
                     _log.info("cluster=%s: %d new splits start at their earliest offsets", cid, len(entered))
                 positions.update(entered)
+                positions.update({key: at for key, at in handed.items() if key in ids})
                 latest.update(self._checked(cluster, positions, self.offsets(cluster, "latest", known)))
             except MultiClusterSourceError:
                 raise
             except Exception as exc:
-                if cid not in self._down:
-                    _log.warning(
-                        "cluster=%s: not read until it answers: %s: %s", cid, type(exc).__name__, exc
-                    )
-                self._down.add(cid)
+                self._went_down(cid, exc)
                 continue
             if cid in self._down:
                 self._down.discard(cid)
@@ -283,6 +317,13 @@ class Planner:
         if positions != start:
             self._last_batch = time.monotonic()
         return encode_offset(positions)
+
+    def _went_down(self, cid: str, exc: BaseException) -> None:
+        if isinstance(exc, MultiClusterSourceError):
+            raise exc
+        if cid not in self._down:
+            _log.warning("cluster=%s: not read until it answers: %s: %s", cid, type(exc).__name__, exc)
+        self._down.add(cid)
 
     def _waits(self, records: int) -> bool:
         """``minOffsetsPerTrigger``: fewer records than that wait, up to ``maxTriggerDelay`` since the last
@@ -351,6 +392,7 @@ class Planner:
     def close(self) -> None:
         """Let go of the admin clients, the committers and the metadata service."""
         self._admins.clear()
+        self._handovers.close()
         if self._commits is not None:
             self._commits.close()
         self._service.close()

@@ -38,6 +38,8 @@ OPTION_NAMES = (
     "metadataFile",
     "metadataConfigMap",
     "metadataConfigMapKey",
+    "metadataTopic",
+    "metadataTopicBootstrapServers",
     "streamIds",
     "startingOffsets",
     "endingOffsets",
@@ -50,8 +52,13 @@ OPTION_NAMES = (
     "failOnDataLoss",
     "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs",
+    "replicaSyncWait",
 )
-"""The options this source reads, besides the ``kafka.``-prefixed client properties."""
+"""The options this source reads, besides the ``kafka.``-prefixed client properties (and the
+``metadataTopic.kafka.``-prefixed ones of the metadata topic's cluster)."""
+
+METADATA_TOPIC_PREFIX = "metadataTopic.kafka."
+"""Client properties of the cluster that holds the metadata topic (security and the like)."""
 
 _REFUSED_CLIENT_KEYS = {
     "bootstrap.servers": "the bootstrap servers of every cluster come from the metadata file",
@@ -78,7 +85,8 @@ class SparkOptions:
     """The parsed options of one query's source. Holds only what the user wrote: never a resolved secret."""
 
     metadata_file: str
-    """The metadata file, or the mounted ConfigMap directory with ``metadata_key``."""
+    """The metadata file, the mounted ConfigMap directory with ``metadata_key``, or the metadata topic with
+    ``metadata_servers``."""
     metadata_key: str | None
     """``metadataConfigMapKey`` when the metadata is a mounted ConfigMap (``metadataConfigMap``)."""
     stream_ids: tuple[str, ...]
@@ -95,10 +103,18 @@ class SparkOptions:
     fail_on_data_loss: bool
     group_id_prefix: str
     poll_timeout_ms: int
+    replica_sync_wait_ms: int = 5000
+    """``replicaSyncWait``: how long a replica handover may wait for MirrorMaker 2 to catch up."""
+    metadata_servers: str | None = None
+    """``metadataTopicBootstrapServers`` when the metadata is a compacted topic (``metadataTopic``)."""
+    metadata_properties: Mapping[str, str] = field(default_factory=dict)
+    """The ``metadataTopic.kafka.*`` client properties (placeholders kept as written)."""
 
     @property
     def metadata_option(self) -> str:
         """The option that names the metadata, with its value (for messages)."""
+        if self.metadata_servers is not None:
+            return f"option metadataTopic {self.metadata_file!r} (at {self.metadata_servers})"
         if self.metadata_key is None:
             return f"option metadataFile {self.metadata_file!r}"
         return f"option metadataConfigMap {self.metadata_file!r} (key {self.metadata_key!r})"
@@ -208,17 +224,51 @@ def client_properties(options: Mapping[str, str]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def metadata_topic_properties(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``metadataTopic.kafka.``-prefixed options without the prefix (placeholders kept as written)."""
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if key.lower().startswith(METADATA_TOPIC_PREFIX.lower()):
+            name = key[len(METADATA_TOPIC_PREFIX) :]
+            if name.lower() in ("bootstrap.servers", "group.id"):
+                raise ConfigurationError(
+                    f"option {METADATA_TOPIC_PREFIX}{name} is not supported: the metadata topic's cluster is "
+                    "metadataTopicBootstrapServers, and its reader uses no group"
+                )
+            out[name] = str(value)
+    validate_client_properties(out, where=f"the {METADATA_TOPIC_PREFIX}* options")
+    return dict(sorted(out.items()))
+
+
 def parse_options(options: Mapping[str, str]) -> SparkOptions:
     """Check and parse the options; a bad one raises :class:`ConfigurationError` naming it."""
     metadata_file = (_get(options, "metadataFile") or "").strip()
     configmap = (_get(options, "metadataConfigMap") or "").strip()
-    if metadata_file and configmap:
-        raise ConfigurationError("options metadataFile and metadataConfigMap: set one of them, not both")
-    if not (metadata_file or configmap):
+    topic = (_get(options, "metadataTopic") or "").strip()
+    servers = (_get(options, "metadataTopicBootstrapServers") or "").strip()
+    given = [
+        name
+        for name, value in (
+            ("metadataFile", metadata_file),
+            ("metadataConfigMap", configmap),
+            ("metadataTopic", topic),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise ConfigurationError(f"options {' and '.join(given)}: set one of them, not several")
+    if not given:
         raise ConfigurationError(
             "option metadataFile is required: the path of a metadata file (or metadataConfigMap: a mounted "
-            "ConfigMap directory)"
+            "ConfigMap directory; or metadataTopic: a compacted metadata topic)"
         )
+    if topic and not servers:
+        raise ConfigurationError(
+            f"option metadataTopicBootstrapServers is required with metadataTopic {topic!r}: the bootstrap "
+            "servers of the cluster that holds it"
+        )
+    if servers and not topic:
+        raise ConfigurationError("option metadataTopicBootstrapServers is set without metadataTopic")
     key = (_get(options, "metadataConfigMapKey") or DEFAULT_KEY).strip() if configmap else None
     stream_ids = tuple(
         sorted({s.strip() for s in (_get(options, "streamIds") or "").split(",") if s.strip()})
@@ -227,8 +277,10 @@ def parse_options(options: Mapping[str, str]) -> SparkOptions:
         raise ConfigurationError("option streamIds is required: comma-separated stream ids")
     poll_timeout = _positive_int(options, "kafkaConsumer.pollTimeoutMs")
     return SparkOptions(
-        metadata_file=metadata_file or configmap,
+        metadata_file=metadata_file or configmap or topic,
         metadata_key=key,
+        metadata_servers=servers or None,
+        metadata_properties=metadata_topic_properties(options),
         stream_ids=stream_ids,
         starting=parse_starting_offsets(_get(options, "startingOffsets")),
         ending=parse_ending_offsets(_get(options, "endingOffsets")),
@@ -242,6 +294,7 @@ def parse_options(options: Mapping[str, str]) -> SparkOptions:
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         group_id_prefix=(_get(options, "groupIdPrefix") or "spark-multicluster-kafka").strip(),
         poll_timeout_ms=poll_timeout if poll_timeout is not None else 120_000,
+        replica_sync_wait_ms=_duration_ms(options, "replicaSyncWait", "5s"),
     )
 
 

@@ -22,15 +22,14 @@ import pytest
 
 from harness.cluster import Cluster, unique_name
 from harness.scenario import cluster_md, stream, wait_for
+from harness.spark import SECRET, SECRET_ENV, spark_session
 from multicluster_source import ClusterMetadata
+from multicluster_source.metadata import KafkaTopicMetadataService, KafkaTopicMetadataWriter
 from multicluster_source.testing import write_metadata_file
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (the spark extra)")
 
 pytestmark = pytest.mark.integration
-
-SECRET_ENV = "MCS_SPARK_TEST_CLIENT_ID"
-SECRET = "client-id-from-the-environment-5f3a"
 
 SCHEMA = (
     "struct<cluster:string,key:binary,value:binary,topic:string,partition:int,offset:bigint,"
@@ -41,30 +40,8 @@ SCHEMA = (
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     """One local Spark session for the module, with the format registered."""
-    from pyspark.sql import SparkSession
-
-    from multicluster_source.spark import register
-
-    # Spark's Python workers are started by the JVM with its environment: set what they need before it starts
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    os.environ[SECRET_ENV] = SECRET
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("multicluster-source-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    try:
+    with spark_session() as session:
         yield session
-    finally:
-        session.stop()
 
 
 def _source(spark: Any, metadata: Path, **options: str) -> Any:
@@ -510,3 +487,53 @@ def test_a_sasl_ssl_cluster_read_by_executors_with_a_password_from_a_file(
     written = [p.read_bytes() for p in (tmp_path / "checkpoint").rglob("*") if p.is_file()]
     assert written and not any(password.encode() in data for data in written)
     assert all(password not in progress.json for progress in query.recentProgress)
+
+
+def test_metadata_in_a_compacted_topic_is_followed_under_a_running_query(
+    spark: Any, kafka_clusters: Callable[[int], list[Cluster]]
+) -> None:
+    east, west = kafka_clusters(2)
+    ta = east.create_topic("spark-topic-meta-a", partitions=1)
+    tb = west.create_topic("spark-topic-meta-b", partitions=1)
+    meta = east.create_topic("spark-metadata", partitions=1, config={"cleanup.policy": "compact"})
+    service = KafkaTopicMetadataService(east.bootstrap_servers, meta, create_topic=False)
+
+    def publish(*clusters: ClusterMetadata) -> None:
+        service.describe_streams(["s"])  # started and caught up
+        with KafkaTopicMetadataWriter(east.bootstrap_servers, meta) as writer:
+            summary = writer.publish({stream("s", *clusters)}, current=service.snapshot())
+        service.wait_for_offset(summary.next_offset or 0)
+
+    def reader(topic: str) -> Any:
+        return (
+            spark.readStream.format("multicluster-kafka")
+            .option("metadataTopic", topic)
+            .option("metadataTopicBootstrapServers", east.bootstrap_servers)
+            .option("streamIds", "s")
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+
+    name = "topic_meta_" + os.urandom(4).hex()
+    try:
+        publish(cluster_md(east, ta))
+        sent = east.produce_n(ta, 10, partitions=1, prefix="a")
+        query = reader(meta).writeStream.format("memory").queryName(name).start()
+        try:
+            query.processAllAvailable()
+            assert _values(_memory_rows(spark, name)) == _expected(sent)
+            publish(cluster_md(east, ta), cluster_md(west, tb))  # a cluster added through the topic
+            sent += west.produce_n(tb, 10, partitions=1, prefix="b")
+
+            def all_read() -> bool:
+                query.processAllAvailable()
+                return _values(_memory_rows(spark, name)) == _expected(sent)
+
+            assert wait_for(all_read, 60, interval=0.5)
+        finally:
+            query.stop()
+    finally:
+        service.close()
+    absent = reader("no-such-metadata-topic").writeStream.format("memory").queryName(name + "_x").start()
+    with pytest.raises(Exception, match=r"metadataTopic 'no-such-metadata-topic'"):
+        absent.awaitTermination(60)

@@ -127,3 +127,39 @@ def test_batch_offsets_spark_refuses_are_refused_naming_the_option(
 def test_ending_offsets_are_refused_for_streaming() -> None:
     with pytest.raises(ConfigurationError, match="endingOffsets is for batch reads"):
         for_streaming(parse_options({**BASE, "endingOffsets": "latest"}))
+
+
+def test_a_metadata_topic_needs_its_bootstrap_servers_and_excludes_the_other_metadata_options() -> None:
+    parsed = parse_options(
+        {
+            "metadataTopic": "streams.metadata",
+            "metadataTopicBootstrapServers": "meta:9092",
+            "metadataTopic.kafka.security.protocol": "SSL",
+            "streamIds": "s",
+        }
+    )
+    assert (parsed.metadata_file, parsed.metadata_servers) == ("streams.metadata", "meta:9092")
+    assert parsed.metadata_properties == {"security.protocol": "SSL"}
+    assert parsed.client_properties == {}
+    assert "metadataTopic 'streams.metadata'" in parsed.metadata_option
+    with pytest.raises(ConfigurationError, match="metadataTopicBootstrapServers is required"):
+        parse_options({"metadataTopic": "m", "streamIds": "s"})
+    with pytest.raises(ConfigurationError, match="metadataFile and metadataTopic"):
+        parse_options({"metadataTopic": "m", "metadataFile": "f.yaml", "streamIds": "s"})
+    with pytest.raises(ConfigurationError, match=r"metadataTopic\.kafka\.group\.id"):
+        parse_options(
+            {
+                "metadataTopic": "m",
+                "metadataTopicBootstrapServers": "x:1",
+                "metadataTopic.kafka.group.id": "g",
+                "streamIds": "s",
+            }
+        )
+
+
+def test_replica_sync_wait_is_a_duration() -> None:
+    assert parse_options({"metadataFile": "f.yaml", "streamIds": "s"}).replica_sync_wait_ms == 5000
+    parsed = parse_options({"metadataFile": "f.yaml", "streamIds": "s", "replicaSyncWait": "20s"})
+    assert parsed.replica_sync_wait_ms == 20_000
+    with pytest.raises(ConfigurationError, match="option replicaSyncWait"):
+        parse_options({"metadataFile": "f.yaml", "streamIds": "s", "replicaSyncWait": "soon"})
