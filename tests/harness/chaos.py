@@ -20,7 +20,9 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   keeps its followers: the brokers talk to each other directly, not through Toxiproxy); ``disk-full`` fills
   a node's data tmpfs (``KafkaCluster.fill_disk``): Kafka's next write fails, its log directory goes offline
   and the node stops; the heal frees the disk and restarts the node (left out, and said so, where the
-  clusters could not mount a tmpfs);
+  clusters could not mount a tmpfs); ``leader-isolated`` (three-broker topology only) disables the proxy
+  of the leader's replication listener: its followers cannot fetch from it and drop out of the ISR, so
+  ``acks=all`` writes fail (``min.insync.replicas`` 2) while the controller and the job still reach it;
 - the job reports its own process (``harness.leaks``): RSS per fault window and, after the last run closed
   its stream, no ``mcs-`` thread, librdkafka client or descriptor left (:class:`LeakReport`);
 - after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
@@ -66,7 +68,7 @@ from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, R
 from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
 from harness.leaks import LeakReport, ProcessFacts, RunHealth, leak_report
-from harness.pool import proxy_name
+from harness.pool import proxy_name, replication_proxy_name
 from harness.processes import end_process, tail_file
 from harness.toxiproxy import Toxiproxy
 from multicluster_source import ClusterMetadata, KafkaStream
@@ -98,7 +100,11 @@ FAULT_KINDS = (
     "job-kill-9",
     "delete-records",
     "disk-full",
+    "leader-isolated",
 )
+MULTI_NODE_KINDS = frozenset({"leader-isolated"})
+"""Kinds drawn only where the clusters have several nodes (elsewhere they are left out of the schedule, so
+a seed of the single-node topology draws the same faults as before they existed)."""
 TOPICS = {"chaos-a": 2, "chaos-b": 1}
 REMOVABLE_TOPIC = "chaos-b"
 
@@ -544,6 +550,8 @@ class ChaosSoak:
                 self._toxiproxy.add_toxic(proxy, "timeout", {"timeout": 0}, stream=stream)
         elif kind == "partition":  # cut off from the job: open connections dropped, new ones refused
             self._toxiproxy.set_enabled(proxy, False)
+        elif kind == "leader-isolated":  # the followers cannot fetch from the leader; the job still can
+            self._toxiproxy.set_enabled(replication_proxy_name(target, node), False)
         elif kind == "reset-peer":
             self._toxiproxy.add_toxic(proxy, "reset_peer", {"timeout": 2000}, stream="upstream")
         elif kind == "delete-records":  # the reader falls behind; the heal deletes what it has not read
@@ -654,12 +662,14 @@ class ChaosSoak:
                 p.thread.start()
             job.start()
             next_fault = self._rng.uniform(*config.every)
+            several = any(len(c.node_racks) > 1 for c in self._clusters.values())
+            drawn = [k for k in config.kinds if several or k not in MULTI_NODE_KINDS] or ["job-kill-9"]
             while self._now() < config.seconds:
                 if self._now() < next_fault:
                     tick()
                     time.sleep(0.25)
                     continue
-                kind = self._rng.choice(list(config.kinds))
+                kind = self._rng.choice(drawn)
                 target = "job" if kind == "job-kill-9" else self._rng.choice(sorted(self._clusters))
                 lasting = self._rng.uniform(*config.lasting)
                 if kind == "job-kill-9":

@@ -89,6 +89,11 @@ class _Node:
     # broker_port); brokers, the controller and the harness's clients use the direct listener on direct_port
     proxy_port: int | None = None
     direct_port: int | None = None
+    # proxied clusters of several nodes only: the brokers replicate over a listener of its own, advertised
+    # at replication_proxy_port (a proxy forwards it to replication_port), so a test can cut one node off
+    # from the others' fetches while the controller and the clients still reach it
+    replication_port: int | None = None
+    replication_proxy_port: int | None = None
 
     @property
     def log_path(self) -> Path:
@@ -125,7 +130,10 @@ class KafkaCluster(Cluster):
         ``proxied``: each node's client listener is advertised at a port of its own (``proxy_ports``) where
         the caller runs a proxy to the node's listener (a Toxiproxy: :mod:`harness.chaos`); clients of
         ``proxied_bootstrap_servers`` then go through the proxies, while the brokers talk to each other and
-        the harness's own clients (``bootstrap_servers``) talk to the brokers on a direct listener.
+        the harness's own clients (``bootstrap_servers``) talk to the brokers on a direct listener. With
+        several nodes the brokers replicate over a third listener, also advertised at a proxy port of its
+        own (``replication_proxy_ports``): disabling that proxy cuts the node off from its followers (they
+        cannot fetch from it) while the controller (its own listener) and the clients still reach it.
 
         ``data_tmpfs_mb``: each node's data directory is a tmpfs of that size, so that a test can fill it
         (:meth:`fill_disk`); mounting needs the right to (root with ``CAP_SYS_ADMIN``): where it is refused,
@@ -163,6 +171,16 @@ class KafkaCluster(Cluster):
         """Node id -> (port the proxy listens on, the node's client listener port it forwards to); empty
         unless the cluster is proxied."""
         return {n.node_id: (n.proxy_port, n.broker_port) for n in self._nodes if n.proxy_port is not None}
+
+    @property
+    def replication_proxy_ports(self) -> dict[int, tuple[int, int]]:
+        """Node id -> (port the replication proxy listens on, the node's replication listener port); empty
+        unless the cluster is proxied and has several nodes."""
+        return {
+            n.node_id: (n.replication_proxy_port, n.replication_port)
+            for n in self._nodes
+            if n.replication_proxy_port is not None and n.replication_port is not None
+        }
 
     @property
     def proxied_bootstrap_servers(self) -> str:
@@ -226,6 +244,8 @@ class KafkaCluster(Cluster):
         if self._proxied:
             for node in self._nodes:
                 node.proxy_port, node.direct_port = free_port(), free_port()
+                if len(self._nodes) > 1:
+                    node.replication_port, node.replication_proxy_port = free_port(), free_port()
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self._nodes)
         for node in self._nodes:
             node.directory.mkdir()
@@ -292,6 +312,11 @@ class KafkaCluster(Cluster):
                 "PLAINTEXT:PLAINTEXT,DIRECT:PLAINTEXT,CONTROLLER:PLAINTEXT"
             )
             props["inter.broker.listener.name"] = "DIRECT"
+        if node.replication_port is not None and node.replication_proxy_port is not None:
+            props["listeners"] += f",REPLICATION://{HOST}:{node.replication_port}"
+            props["advertised.listeners"] += f",REPLICATION://{HOST}:{node.replication_proxy_port}"
+            props["listener.security.protocol.map"] += ",REPLICATION:PLAINTEXT"
+            props["inter.broker.listener.name"] = "REPLICATION"
         if node.rack is not None:
             props["broker.rack"] = node.rack
             props["replica.selector.class"] = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -356,7 +381,11 @@ class KafkaCluster(Cluster):
                     if "Address already in use" in tail:
                         raise _PortTaken
                     raise RuntimeError(f"{self!r}: node {node.node_id} exited during start-up:\n{tail}")
-                if accepts(node.broker_port) and (node.direct_port is None or accepts(node.direct_port)):
+                if all(
+                    accepts(port)
+                    for port in (node.broker_port, node.direct_port, node.replication_port)
+                    if port
+                ):
                     pending.remove(node)
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(

@@ -38,6 +38,11 @@ def proxy_name(cluster_id: str, node_id: int) -> str:
     return f"{cluster_id}-{node_id}"
 
 
+def replication_proxy_name(cluster_id: str, node_id: int) -> str:
+    """The name of the Toxiproxy proxy in front of one node's replication listener (several nodes only)."""
+    return f"{cluster_id}-{node_id}-replication"
+
+
 class ClusterUnavailable(Exception):
     """The configured broker kind cannot provide the requested cluster (tests skip on it)."""
 
@@ -179,7 +184,8 @@ class ClusterPool:
 
     def toxiproxy(self) -> Toxiproxy:
         """The pool's Toxiproxy server (started on first use), with a proxy ``<cluster>-<node id>`` in front
-        of each node of every proxied cluster."""
+        of each node of every proxied cluster, and ``<cluster>-<node id>-replication`` in front of each
+        node's replication listener in a proxied cluster of several nodes."""
         from harness.toxiproxy import Toxiproxy  # only the chaos tests need the Go-built server
 
         with self._lock:
@@ -190,6 +196,8 @@ class ClusterPool:
                 if name not in self._proxied_wired:
                     for node_id, (listen, upstream) in cluster.proxy_ports.items():
                         self._toxiproxy.create_proxy(proxy_name(name, node_id), listen, upstream)
+                    for node_id, (listen, upstream) in cluster.replication_proxy_ports.items():
+                        self._toxiproxy.create_proxy(replication_proxy_name(name, node_id), listen, upstream)
                     self._proxied_wired.add(name)
             return self._toxiproxy
 

@@ -1,6 +1,8 @@
 """The chaos harness itself (issue 33): a proxied cluster's clients reach it through its Toxiproxy proxy while
 the harness's own clients talk to the broker directly, so a fault on the proxy holds back the reader, not
-the producer; a paused broker answers nobody until it is resumed."""
+the producer; a paused broker answers nobody until it is resumed; in a three-broker cluster a leader cut off
+from its followers (its replication proxy disabled) shrinks its ISR and refuses ``acks=all`` writes while
+the reader still reaches it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from confluent_kafka import Consumer, TopicPartition
 from harness import ClusterPool, ClusterUnavailable
 from harness.chaos import read_log
 from harness.kafka import KafkaCluster
-from harness.pool import proxy_name
+from harness.pool import proxy_name, replication_proxy_name
+from harness.scenario import wait_for
 from harness.toxiproxy import Toxiproxy
 
 pytestmark = pytest.mark.integration
@@ -27,6 +30,18 @@ def _read(consumer: Consumer, count: int, timeout: float) -> list[bytes]:
         if msg is not None and msg.error() is None:
             got.append(msg.value() or b"")
     return got
+
+
+def _proxied_consumer(cluster: KafkaCluster, group: str) -> Consumer:
+    """A consumer that reaches ``cluster`` through its proxies (as the job under test does)."""
+    return Consumer(
+        {
+            "bootstrap.servers": cluster.proxied_bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "log_level": 2,
+        }
+    )
 
 
 @pytest.fixture
@@ -45,14 +60,7 @@ def test_a_blackholed_proxy_holds_back_the_reader_and_not_the_producer(
 ) -> None:
     cluster, toxiproxy = proxied
     topic = cluster.create_topic("harness-proxy")
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cluster.proxied_bootstrap_servers,
-            "group.id": "harness-proxy",
-            "enable.auto.commit": False,
-            "log_level": 2,
-        }
-    )
+    consumer = _proxied_consumer(cluster, "harness-proxy")
     try:
         # the metadata through the proxy names the proxy's port, not the broker's
         advertised = {(b.host, b.port) for b in consumer.list_topics(timeout=30).brokers.values()}
@@ -168,3 +176,53 @@ def test_a_full_disk_stops_the_broker_and_a_restart_on_the_freed_disk_keeps_ever
         assert _read(consumer, 65, 30) == [b"before", *during]
     finally:
         consumer.close()
+
+
+def _isr(cluster: KafkaCluster, topic: str) -> list[int]:
+    return sorted(cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
+
+
+def _acked(cluster: KafkaCluster, topic: str, value: bytes) -> bool:
+    """Whether an ``acks=all`` write of ``value`` is acknowledged within a few seconds."""
+    errors: list[object] = []
+    producer = cluster.producer(
+        **{"acks": "all", "request.timeout.ms": 3000, "message.timeout.ms": 4000, "log_level": 2}
+    )
+    producer.produce(topic, value=value, on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(10)
+    producer.purge()  # nothing of it left in flight when the client is destroyed
+    producer.flush(0)
+    # not ``errors == [None]``: comparing a KafkaError with None raises TypeError (confluent-kafka)
+    return len(errors) == 1 and errors[0] is None
+
+
+def test_a_leader_cut_off_from_its_followers_refuses_writes_and_still_serves_the_reader(
+    cluster_pool: ClusterPool,
+) -> None:
+    try:
+        [trio] = cluster_pool.proxied(["chaos-trio"], nodes=3)
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    toxiproxy = cluster_pool.toxiproxy()
+    toxiproxy.reset()
+    topic = trio.create_topic("harness-isolated", 1, 3, {"min.insync.replicas": "2"})
+    assert wait_for(lambda: _isr(trio, topic) == [0, 1, 2], 30)
+    assert _acked(trio, topic, b"before")
+    leader = trio.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    toxiproxy.set_enabled(replication_proxy_name("chaos-trio", leader), False)
+    try:
+        # a follower that has every record is never out of sync: a write it cannot fetch makes it lag, and
+        # after replica.lag.time.max.ms (10 s) the followers drop out; acks=all writes need two in the ISR
+        assert not _acked(trio, topic, b"cut-off")
+        assert wait_for(lambda: _isr(trio, topic) == [leader], 40, interval=0.5), _isr(trio, topic)
+        assert not _acked(trio, topic, b"while-isolated")
+        consumer = _proxied_consumer(trio, "harness-isolated")
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            assert b"before" in _read(consumer, 1, 30), "the job still reaches the leader"
+        finally:
+            consumer.close()
+    finally:
+        toxiproxy.reset()
+    assert wait_for(lambda: _isr(trio, topic) == [0, 1, 2], 60, interval=0.5)
+    assert _acked(trio, topic, b"after")
