@@ -27,9 +27,8 @@ up to ``replicaSyncWait`` plus the clients' timeouts while MirrorMaker 2 catches
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from multicluster_source.enumerator._copies import (
     copied_origin_topics,
@@ -44,6 +43,7 @@ from multicluster_source.replicas._model import OriginPosition, Translation, Tra
 __all__ = ["SparkHandovers", "origin_split_of"]
 
 _log = logging.getLogger("multicluster_source.spark")
+_MAX_DONE = 10_000  # translations kept (the oldest go first)
 
 
 def origin_split_of(split_id: str, declared: Mapping[str, ClusterMetadata]) -> str | None:
@@ -72,7 +72,7 @@ class SparkHandovers:
         *,
         group_id: str | None = None,
         wait_s: float = 5.0,
-        factory: Any = None,
+        factory: Callable[..., Translator] | None = None,
     ) -> None:
         self._properties = dict(properties)
         self._group_id = group_id
@@ -80,7 +80,7 @@ class SparkHandovers:
         self._factory = factory
         self._translators: dict[str, tuple[ReplicaOf, ClusterMetadata, Translator | None]] = {}
         self.done: list[Translation] = []
-        """The translations of this run, oldest first (for logs and tests)."""
+        """The latest translations of this run (at most :data:`_MAX_DONE`), oldest first."""
 
     def effective(self, declared: Mapping[str, ClusterMetadata]) -> dict[str, ClusterMetadata]:
         """What to read of ``declared``; makes the translators of new declarations, closes those gone."""
@@ -104,10 +104,9 @@ class SparkHandovers:
     def _make(
         self, replica_of: ReplicaOf, origin: ClusterMetadata, replica: ClusterMetadata
     ) -> Translator | None:
-        if self._factory is not None:
-            factory = self._factory
-        else:
-            from multicluster_source.replicas._translate import make_translator as factory
+        from multicluster_source.replicas._translate import make_translator
+
+        factory = self._factory or make_translator
         try:
             translator: Translator = factory(
                 replica_of, origin, replica, group_id=self._group_id, properties=self._properties
@@ -183,8 +182,9 @@ class SparkHandovers:
             )
             return {}
         starts: dict[str, int] = {}
+        self.done.extend(done)
+        del self.done[:-_MAX_DONE]
         for translation in done:
-            self.done.append(translation)
             if translation.mode == "start":
                 continue
             starts[translation.to_split] = translation.to_offset
