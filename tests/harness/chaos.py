@@ -574,8 +574,27 @@ class ChaosSoak:
         watermark): what the job has not read yet is gone, and its reader must reset (logged)."""
         topic = self._topics[target]["chaos-a"]
         request = TopicPartition(topic, 0, OFFSET_END)
-        [future] = self._clusters[target].admin().delete_records([request], request_timeout=30).values()
-        log_start = int(future.result(30).low_watermark)
+        cluster = self._clusters[target]
+        deadline = time.monotonic() + 60.0
+        while True:  # on a three-broker cluster the leader may be moving (a fault just healed): try again
+            [future] = cluster.admin().delete_records([request], request_timeout=30).values()
+            try:
+                log_start = int(future.result(30).low_watermark)
+                break
+            except KafkaException as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(1.0)
+                    continue
+                # what is gone is gone, whether this last request deleted it or not
+                consumer = cluster.consumer(**{"log_level": 2})
+                try:
+                    log_start = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[0]
+                finally:
+                    consumer.close()
+                self._say(
+                    f"[chaos] delete_records of {target}/{topic}/0 failed ({exc}); log start {log_start}"
+                )
+                break
         key = (target, topic, 0)
         self._deleted[key] = max(log_start, self._deleted.get(key, 0))
         self._say(f"[chaos seed={self._config.seed}] deleted {target}/{topic}/0 up to {log_start}")
