@@ -37,9 +37,9 @@ from multicluster_source.framework._interfaces import SplitEnumeratorContext
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
-from multicluster_source.replicas._model import OriginPosition, Translation, Translator
+from multicluster_source.replicas._model import OriginPosition, Translation, Translator, start_translator
 
-__all__ = ["ReplicaHandovers"]
+__all__ = ["ReplicaHandovers", "default_translator_factory"]
 
 _log = logging.getLogger("multicluster_source.enumerator")
 _MAX_DONE = 10_000  # translations kept for status() and checkpoints (the oldest go first)
@@ -119,32 +119,16 @@ class ReplicaHandovers:
     def _make(
         self, replica_of: ReplicaOf, origin: ClusterMetadata, replica: ClusterMetadata
     ) -> Translator | None:
-        factory = self._s.translator_factory or default_translator_factory
-        try:
-            translator = factory(
-                replica_of,
-                origin,
-                replica,
-                group_id=self._s.group_id,
-                properties=dict(self._s.client_properties),
-            )
-            translator.start()
-        except Exception as exc:
-            _log.error(
-                "cluster=%s: no translator for replicaOf %s (%s): its splits will start at the starting "
-                "offsets",
-                replica.cluster_id,
-                replica_of.cluster,
-                exc,
-            )
-            return None
-        _log.info(
-            "cluster=%s: replica of %s (offsets %s): translator started",
-            replica.cluster_id,
-            replica_of.cluster,
-            replica_of.offsets,
+        return start_translator(
+            self._s.translator_factory or default_translator_factory,
+            replica_of,
+            origin,
+            replica,
+            group_id=self._s.group_id,
+            properties=self._s.client_properties,
+            otherwise="at the starting offsets",
+            log=_log,
         )
-        return translator
 
     def _close_translator(self, cid: str) -> None:
         translator = self._translators.pop(cid).translator

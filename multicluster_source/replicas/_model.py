@@ -1,10 +1,16 @@
-"""What a replica handover decided for one split (``status()["handovers"]`` entries)."""
+"""What a replica handover decided for one split (``status()["handovers"]`` entries), the
+translator protocol, and :func:`start_translator` (one made and started, for the enumerator and Spark)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from multicluster_source.metadata._model import ClusterMetadata
+    from multicluster_source.metadata._replica import ReplicaOf
 
 TranslationMode = Literal["exact", "conservative", "identical", "timestamp", "start"]
 """How a replica split's start was chosen: ``exact`` (a sync, or the copy of the last record returned, pins
@@ -88,3 +94,37 @@ class Translator(Protocol):
 
     def close(self) -> None:
         """Stops and joins the background threads and closes every client. Idempotent."""
+
+
+def start_translator(
+    factory: Callable[..., Translator],
+    replica_of: ReplicaOf,
+    origin: ClusterMetadata,
+    replica: ClusterMetadata,
+    *,
+    group_id: str | None,
+    properties: Mapping[str, str],
+    otherwise: str,
+    log: logging.Logger,
+) -> Translator | None:
+    """The translator for ``replica``'s declaration, made by ``factory`` and started, with a log line;
+    None (logged on ``log`` as an error: the splits start ``otherwise``) when it cannot be made or started."""
+    try:
+        translator = factory(replica_of, origin, replica, group_id=group_id, properties=dict(properties))
+        translator.start()
+    except Exception as exc:
+        log.error(
+            "cluster=%s: no translator for replicaOf %s (%s): its splits will start %s",
+            replica.cluster_id,
+            replica_of.cluster,
+            exc,
+            otherwise,
+        )
+        return None
+    log.info(
+        "cluster=%s: replica of %s (offsets %s): translator started",
+        replica.cluster_id,
+        replica_of.cluster,
+        replica_of.offsets,
+    )
+    return translator

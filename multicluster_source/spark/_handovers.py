@@ -35,10 +35,11 @@ from multicluster_source.enumerator._copies import (
     effective_metadata,
     failed_origins,
 )
+from multicluster_source.enumerator._handover import default_translator_factory
 from multicluster_source.framework._split import make_split_id, parse_split_id
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
-from multicluster_source.replicas._model import OriginPosition, Translation, Translator
+from multicluster_source.replicas._model import OriginPosition, Translation, Translator, start_translator
 
 __all__ = ["SparkHandovers", "origin_split_of"]
 
@@ -104,30 +105,16 @@ class SparkHandovers:
     def _make(
         self, replica_of: ReplicaOf, origin: ClusterMetadata, replica: ClusterMetadata
     ) -> Translator | None:
-        from multicluster_source.replicas._translate import make_translator
-
-        factory = self._factory or make_translator
-        try:
-            translator: Translator = factory(
-                replica_of, origin, replica, group_id=self._group_id, properties=self._properties
-            )
-            translator.start()
-        except Exception as exc:
-            _log.error(
-                "cluster=%s: no translator for replicaOf %s (%s): its splits will start at their earliest "
-                "offsets",
-                replica.cluster_id,
-                replica_of.cluster,
-                exc,
-            )
-            return None
-        _log.info(
-            "cluster=%s: replica of %s (offsets %s): translator started",
-            replica.cluster_id,
-            replica_of.cluster,
-            replica_of.offsets,
+        return start_translator(
+            self._factory or default_translator_factory,
+            replica_of,
+            origin,
+            replica,
+            group_id=self._group_id,
+            properties=self._properties,
+            otherwise="at their earliest offsets",
+            log=_log,
         )
-        return translator
 
     def _close(self, cid: str) -> None:
         _r, _origin, translator = self._translators.pop(cid)
