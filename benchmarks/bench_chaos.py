@@ -33,6 +33,8 @@ def format_table(described: dict[str, Any]) -> str:
     """The result of :func:`harness.chaos.describe` as a few readable lines."""
     faults = ", ".join(f"{kind} {n}" for kind, n in sorted(described["faults"].items())) or "none"
 
+    modes = ", ".join(f"{m} {n}" for m, n in sorted(described.get("handover_modes", {}).items()))
+
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} s"
 
@@ -49,6 +51,9 @@ def format_table(described: dict[str, Any]) -> str:
             f"{described['duplicates_beyond_bounds']} beyond",
             f"gaps {described['gaps']}, conflicting values {described['conflicting_values']}, "
             f"backwards {described['backwards']}",
+            f"replica handovers: {described.get('handovers', 0)} ({modes or '-'}); "
+            f"repeats across them {described.get('repeats_across_handovers', 0)} within bounds, "
+            f"{described.get('repeats_across_handovers_beyond_bounds', 0)} beyond",
             f"recovery after heal: p50 {seconds(described['recovery_p50_s'])}, "
             f"p99 {seconds(described['recovery_p99_s'])}; drained {described['drained']} in "
             f"{described['drain_seconds']:.1f} s",

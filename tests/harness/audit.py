@@ -17,7 +17,15 @@ still in their logs. :func:`audit` checks, per partition:
 - **gaps**: a run moving past offsets it never delivered (from its start position, or between two records)
   without a logged reset covering them;
 - **conflicting values**: one offset with two different values (delivered, or delivered and acknowledged);
-- **backwards**: a run delivering an offset below the one before it.
+- **backwards**: a run delivering an offset below the one before it;
+- **copies** (replica handovers, :mod:`harness.audit_copies`): a record of a copied topic (MirrorMaker 2's
+  ``<origin>.<topic>`` on another cluster) counts as its origin record (found by its value), so an origin
+  record delivered through its copy is not lost; an origin record delivered both from the origin and
+  through the copy is a *repeat across a handover*, allowed only from the handover's position less the
+  repeats its translation reported (``at most N may repeat``), and one copied twice by MM2 (two copy
+  offsets, one value) is counted as such. A run may restart a partition at a logged handover's start
+  (:attr:`Run.entries`): a jump there is no gap, a step back there no step back, and what comes again after
+  it is judged against it as against a restored position.
 
 A partition is *stuck* when records at its tail are lost. :meth:`AuditReport.summary` gives the totals and
 then every partition's verdict (:meth:`PartitionAudit.verdict`), not only the first failure: missing records
@@ -30,6 +38,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from harness.audit_copies import CopyRepeat, Handover, copied_deliveries, judge_repeats
 
 PartitionKey = tuple[str, str, int]
 """``(cluster, topic, partition)``."""
@@ -64,6 +74,8 @@ class Run:
 
     records: Sequence[Record]
     restored_from: Mapping[PartitionKey, int] | None = None
+    entries: Mapping[PartitionKey, Sequence[int]] = field(default_factory=dict)
+    """Partition -> the offsets this run (re)started it at on a logged replica handover, in order."""
 
     def start(self, key: PartitionKey) -> int:
         """The offset this run starts ``key`` at."""
@@ -123,6 +135,13 @@ class PartitionAudit:
     gaps: list[Gap] = field(default_factory=list)
     conflicting_values: list[int] = field(default_factory=list)
     backwards: list[tuple[int, int, int]] = field(default_factory=list)  # (run, previous, offset)
+    via_copy: int = 0  # acknowledged records delivered only through a copy (a replica handover)
+    seen_offsets: set[int] = field(default_factory=set, repr=False)  # offsets any run delivered
+    copy_repeats: list[CopyRepeat] = field(default_factory=list)  # allowed: see harness.audit_copies
+    copy_repeats_beyond: list[CopyRepeat] = field(default_factory=list)
+    handover_skips: list[tuple[Handover, int]] = field(
+        default_factory=list
+    )  # and the copy's first origin offset
 
     @property
     def stuck(self) -> bool:
@@ -139,6 +158,8 @@ class PartitionAudit:
             or self.gaps
             or self.conflicting_values
             or self.backwards
+            or self.copy_repeats_beyond
+            or self.handover_skips
         )
 
     def verdict(self, examples: int = 5) -> str:
@@ -151,6 +172,8 @@ class PartitionAudit:
             f"{self.acknowledged} acknowledged, {self.delivered} delivered"
             + (f", {self.deleted_unread} deleted unread" if self.deleted_unread else "")
             + (f", {len(self.allowed_duplicates)} again after a restore" if self.allowed_duplicates else "")
+            + (f", {self.via_copy} only through a copy" if self.via_copy else "")
+            + (f", {len(self.copy_repeats)} again across a handover" if self.copy_repeats else "")
         )
         if self.ok:
             return f"{name}: OK ({counts})"
@@ -197,6 +220,18 @@ class PartitionAudit:
         if self.backwards:
             steps = [f"run {run}: {prev} -> {off}" for run, prev, off in self.backwards]
             findings.append(f"{len(self.backwards)} steps back ({_listed(steps, examples)})")
+        if self.copy_repeats_beyond:
+            shown = [_span(a, b) for a, b in ranges(r.offset for r in self.copy_repeats_beyond)]
+            findings.append(
+                f"{len(self.copy_repeats_beyond)} delivered both from the origin and through a copy, before "
+                f"any handover's bound ({_listed(shown, examples)})"
+            )
+        if self.handover_skips:
+            skips = [
+                f"run {h.run}: left at {h.from_offset}, the copy began at {first}"
+                for h, first in self.handover_skips
+            ]
+            findings.append(f"{len(skips)} handovers skipped records ({_listed(skips, examples)})")
         return f"{name}: FAILED ({counts}): " + "; ".join(findings)
 
 
@@ -261,6 +296,22 @@ class AuditReport:
         return self._total("backwards")
 
     @property
+    def copy_repeats(self) -> int:
+        """Origin records delivered again through a copy (or from the origin after one) within a handover's
+        bound, or copied twice by MirrorMaker 2."""
+        return self._total("copy_repeats")
+
+    @property
+    def copy_repeats_beyond(self) -> int:
+        """Origin records delivered both from the origin and through a copy outside every handover's bound."""
+        return self._total("copy_repeats_beyond")
+
+    @property
+    def handover_skips(self) -> int:
+        """Handovers whose copy began after the origin's position (records passed over)."""
+        return self._total("handover_skips")
+
+    @property
     def stuck_partitions(self) -> list[PartitionKey]:
         """Partitions whose tail was never delivered."""
         return sorted(k for k, p in self.partitions.items() if p.stuck)
@@ -278,7 +329,14 @@ class AuditReport:
             f"{self.delivered} delivered, {self.deleted_unread} deleted unread; lost {self.lost}, in-run duplicates {self.in_run_duplicates}, "
             f"duplicates after restores {self.allowed_duplicates} within bounds and "
             f"{self.duplicates_beyond_bound} beyond, gaps {self.gaps}, conflicting values "
-            f"{self.conflicting_values}, backwards {self.backwards}, stuck partitions "
+            f"{self.conflicting_values}, backwards {self.backwards}, "
+            + (
+                f"repeats across handovers {self.copy_repeats} within bounds and {self.copy_repeats_beyond} "
+                f"beyond, handovers that skipped {self.handover_skips}, "
+                if self.copy_repeats or self.copy_repeats_beyond or self.handover_skips
+                else ""
+            )
+            + "stuck partitions "
             f"{len(self.stuck_partitions)}: {'OK' if self.ok else 'FAILED'}"
         ]
         ordered = sorted(self.partitions.items(), key=lambda item: (item[1].ok, item[0]))
@@ -331,10 +389,14 @@ def audit(
     resets: Iterable[Reset] = (),
     deleted: Mapping[PartitionKey, int] | None = None,
     read_log: LogReader | None = None,
+    copies: Mapping[PartitionKey, PartitionKey] | None = None,
+    handovers: Iterable[Handover] = (),
 ) -> AuditReport:
     """Audit ``runs`` (in the order they ran) against the ``acknowledged`` records; see the module docs.
 
     ``deleted`` maps a partition to the log start a ``delete_records`` set (the highest, if several).
+    ``copies`` maps each copied partition to its origin partition, ``handovers`` are the handovers the job
+    logged (:mod:`harness.audit_copies`).
 
     Partitions that only the runs mention are audited too (for duplicates, gaps and order). ``read_log``
     is asked once per partition with lost records, for the offsets that are still in the broker's log.
@@ -352,12 +414,21 @@ def audit(
             by_key[record.key].append(record)
         per_run.append(by_key)
     keys = set(acked).union(*(set(by_key) for by_key in per_run))
+    through = copied_deliveries(acked, runs, copies or {})
     partitions = {
         key: _audit_partition(
-            key, acked.get(key, {}), runs, per_run, reset_by_key[key], (deleted or {}).get(key, 0), read_log
+            key,
+            acked.get(key, {}),
+            runs,
+            per_run,
+            reset_by_key[key],
+            (deleted or {}).get(key, 0),
+            read_log,
+            set(through.get(key, {})),
         )
         for key in keys
     }
+    judge_repeats(partitions, through, list(handovers))
     return AuditReport(partitions, len(runs))
 
 
@@ -374,19 +445,27 @@ def _audit_partition(
     resets: Sequence[Reset],
     log_start: int,
     read_log: LogReader | None,
+    via_copy: set[int],
 ) -> PartitionAudit:
     result = PartitionAudit(key, acknowledged=len(acked))
     values: dict[int, bytes] = dict(acked)
     conflicts: set[int] = set()
-    seen_before: set[int] = set()  # offsets delivered by earlier runs
+    seen_before: set[int] = set()  # offsets delivered by earlier runs (or earlier segments of this one)
     for index, (run, by_key) in enumerate(zip(runs, per_run, strict=True)):
         records = by_key.get(key, [])
         result.delivered += len(records)
         seen_here: set[int] = set()
         start = run.start(key)
         previous: int | None = None
+        entries, used = list(run.entries.get(key, ())), 0
         for record in records:
             offset = record.offset
+            if entries and (previous is None or offset != previous + 1) and offset in entries[used:]:
+                # a logged handover (re)started the partition here: a new segment from this offset
+                used = entries.index(offset, used) + 1
+                start, previous = offset, None
+                seen_before |= seen_here
+                seen_here = set()
             known = values.setdefault(offset, record.value)
             if known != record.value:
                 conflicts.add(offset)
@@ -407,8 +486,10 @@ def _audit_partition(
             previous = offset if previous is None else max(previous, offset)
         seen_before |= seen_here
     result.conflicting_values = sorted(conflicts)
-    last_delivered = result.last_delivered = max(seen_before, default=-1)
-    undelivered = set(acked) - seen_before
+    result.seen_offsets = seen_before
+    last_delivered = result.last_delivered = max(seen_before | via_copy, default=-1)
+    result.via_copy = len((set(acked) & via_copy) - seen_before)
+    undelivered = set(acked) - seen_before - via_copy
     missing = sorted(o for o in undelivered if o >= log_start)
     result.deleted_unread = len(undelivered) - len(missing)
     in_log = read_log(key, missing) if missing and read_log is not None else None

@@ -23,6 +23,11 @@ seeded schedule of faults, then heal, drain and the exact audit (:mod:`harness.a
   clusters could not mount a tmpfs); ``leader-isolated`` (three-broker topology only) disables the proxy
   of the leader's replication listener: its followers cannot fetch from it and drop out of the ISR, so
   ``acks=all`` writes fail (``min.insync.replicas`` 2) while the controller and the job still reach it;
+  ``replica-handover`` (several clusters only) removes the first cluster's ``chaos-a`` from the metadata
+  while MirrorMaker 2 copies it to the second cluster, declared there as its replica: the job hands over to
+  the copy, and back at the heal; half of them also ``kill -9`` the job halfway, so that it restores while
+  it reads the copy (:mod:`harness.chaos_copies`; the audit credits the copy's records to
+  their origin records and judges repeats against each logged handover's bound, :mod:`harness.audit_copies`);
 - the job reports its own process (``harness.leaks``): RSS per fault window and, after the last run closed
   its stream, no ``mcs-`` thread, librdkafka client or descriptor left (:class:`LeakReport`);
 - after ``seconds``: everything healed, the producers stopped, the job drains until every acknowledged record
@@ -65,6 +70,8 @@ from confluent_kafka import (
 )
 
 from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, Run, audit
+from harness.audit_copies import Handover, entries_of, parse_handovers
+from harness.chaos_copies import COPIED_TOPIC, CopyLink, ValueIndex
 from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
 from harness.leaks import LeakReport, ProcessFacts, RunHealth, leak_report
@@ -101,10 +108,14 @@ FAULT_KINDS = (
     "delete-records",
     "disk-full",
     "leader-isolated",
+    "replica-handover",
 )
 MULTI_NODE_KINDS = frozenset({"leader-isolated"})
 """Kinds drawn only where the clusters have several nodes (elsewhere they are left out of the schedule, so
 a seed of the single-node topology draws the same faults as before they existed)."""
+MULTI_CLUSTER_KINDS = frozenset({"replica-handover"})
+"""Kinds drawn only where there are several clusters (a seed of the single-node topology from before
+``replica-handover`` existed replays with ``MCS_CHAOS_KINDS`` listing every other kind)."""
 TOPICS = {"chaos-a": 2, "chaos-b": 1}
 REMOVABLE_TOPIC = "chaos-b"
 
@@ -160,6 +171,7 @@ class Fault:
     recovery: float | None = None
     healthy_gap: float | None = None
     node: int | None = None  # the node of a multi-node cluster the fault hit (its partition leader)
+    job_killed_at: float | None = None  # a replica handover's kill -9 of the job while the copy was read
 
 
 @dataclass
@@ -177,6 +189,8 @@ class SoakResult:
     drain_seconds: float = 0.0
     drained: bool = False
     leaks: LeakReport | None = None
+    handovers: list[Handover] = field(default_factory=list)  # as the job's runs logged them
+    mm2_restarts: int = 0
 
     def recovery_percentiles(self) -> tuple[float | None, float | None]:
         """p50 and p99 of the recovery times (None without any)."""
@@ -206,10 +220,19 @@ class SoakResult:
             f"{f' ({by_error})' if by_error else ''}, not acknowledged, so not owed; drained "
             f"{'yes' if self.drained else 'NO'} in {self.drain_seconds:.1f}s; recovery p50 {fmt(p50)} "
             f"p99 {fmt(p99)}, not recovered {unrecovered}; healthy clusters' longest gap during faults "
-            f"{fmt(self.healthy_gap_max())}",
+            f"{fmt(self.healthy_gap_max())}"
+            + (
+                f"; replica handovers {len(self.handovers)} "
+                f"({', '.join(f'{m} {n}' for m, n in sorted(Counter(h.mode for h in self.handovers).items()))}), "
+                f"MirrorMaker restarted {self.mm2_restarts} time(s)"
+                if self.handovers
+                else ""
+            ),
             "faults: "
             + "; ".join(
-                f"{f.started:.0f}s {f.kind}@{f.target}{'' if f.node is None else f'/node-{f.node}'} healed {fmt(f.healed)} recovered {fmt(f.recovery)}"
+                f"{f.started:.0f}s {f.kind}@{f.target}{'' if f.node is None else f'/node-{f.node}'}"
+                f"{'' if f.job_killed_at is None else f' (job killed at {f.job_killed_at:.0f}s)'}"
+                f" healed {fmt(f.healed)} recovered {fmt(f.recovery)}"
                 for f in self.faults
             ),
             self.report.summary(),
@@ -234,6 +257,7 @@ class _Producer:
         self.acked: list[Record] = []
         self.errors = 0
         self.error_kinds: Counter[str] = Counter()  # error name -> count (delivery reports and produce calls)
+        self.index = ValueIndex()  # the acknowledged records by value (a copy's records are found by it)
         self._fatal = False
         self.thread = threading.Thread(target=self._run, name=f"mcs-chaos-producer-{cluster.cluster_id}")
 
@@ -259,6 +283,7 @@ class _Producer:
         record = Record(self.cluster.cluster_id, topic, partition, offset, msg.value() or b"")
         with self._lock:
             self.acked.append(record)
+        self.index.add(record.value, record.key, offset)
 
     def snapshot(self) -> list[Record]:
         """The records acknowledged so far."""
@@ -306,6 +331,10 @@ class _Job:
         self.proc: subprocess.Popen[bytes] | None = None
         self._read: dict[Path, int] = {}
         self.delivered: set[tuple[PartitionKey, int]] = set()
+        # copied partition -> origin partition, and how a copy's record is found among the origin's records
+        self.copies: dict[PartitionKey, PartitionKey] = {}
+        self.resolve: Callable[[bytes], tuple[PartitionKey, int] | None] = lambda _value: None
+        self._unresolved: list[bytes] = []  # copies read before their origin record's acknowledgement came
 
     def log(self, run: int) -> Path:
         """The stderr of run ``run``."""
@@ -390,7 +419,11 @@ class _Job:
         return f"run {run} exited with {code}:\n{tail_file(self.log(run), 30)}"
 
     def follow(self) -> None:
-        """Read what the runs wrote since the last call into :attr:`delivered`."""
+        """Read what the runs wrote since the last call into :attr:`delivered` (a copy's record as its
+        origin record too)."""
+        waiting, self._unresolved = self._unresolved, []
+        for copied in waiting:
+            self._credit(copied)
         for out, _restored in self.runs:
             if not out.exists():
                 continue
@@ -400,20 +433,40 @@ class _Job:
             complete = data[: data.rfind(b"\n") + 1]
             self._read[out] = self._read.get(out, 0) + len(complete)
             for line in complete.decode().splitlines():
-                cluster, topic, partition, offset, _value, _at = line.split("\t")
-                self.delivered.add(((cluster, topic, int(partition)), int(offset)))
+                cluster, topic, partition, offset, value, _at = line.split("\t")
+                key = (cluster, topic, int(partition))
+                self.delivered.add((key, int(offset)))
+                if key in self.copies:
+                    self._credit(value.encode())
+
+    def _credit(self, value: bytes) -> None:
+        found = self.resolve(value)
+        if found is None:
+            self._unresolved.append(value)
+        else:
+            self.delivered.add(found)
+
+    def logged_handovers(self) -> list[Handover]:
+        """The replica handovers the runs logged, run by run."""
+        found = []
+        for run in range(len(self.runs)):
+            path = self.log(run)
+            found += parse_handovers(run, path.read_text(errors="replace") if path.exists() else "")
+        return found
 
     def audit_runs(self) -> list[Run]:
-        """Every run's records in order, for the audit (an incomplete last line is left out)."""
+        """Every run's records in order, for the audit (an incomplete last line is left out), with where it
+        started copied partitions."""
         runs = []
-        for out, restored in self.runs:
+        handovers = self.logged_handovers()
+        for index, (out, restored) in enumerate(self.runs):
             records = []
             if out.exists():
                 data = out.read_bytes()
                 for line in data[: data.rfind(b"\n") + 1].decode().splitlines():
                     cluster, topic, partition, offset, value, _at = line.split("\t")
                     records.append(Record(cluster, topic, int(partition), int(offset), value.encode()))
-            runs.append(Run(records, restored))
+            runs.append(Run(records, restored, entries_of(handovers, index)))
         return runs
 
     def delivery_times(self) -> dict[str, list[float]]:
@@ -506,17 +559,27 @@ class ChaosSoak:
         self._t0 = 0.0
         self._deleted: dict[PartitionKey, int] = {}  # partition -> log start set by a deletion
         self._full_disks: set[tuple[str, int]] = set()  # (cluster, node) whose disk a fault filled
+        self._link: CopyLink | None = None  # MirrorMaker 2 for replica-handover faults
 
     def _now(self) -> float:
         return time.monotonic() - self._t0
 
     def _write_metadata(self, without: tuple[str, str] | None = None) -> None:
         parts = {}
+        link = self._link
         for cid, cluster in self._clusters.items():
             topics = frozenset(
                 actual for logical, actual in self._topics[cid].items() if (cid, logical) != without
             )
-            parts[cid] = ClusterMetadata(cid, cluster.proxied_bootstrap_servers, topics)
+            if link is not None and cid == link.replica.cluster_id:
+                parts[cid] = ClusterMetadata(
+                    cid,
+                    cluster.proxied_bootstrap_servers,
+                    topics | {link.copy_topic},
+                    replica_of=link.replica_of(),
+                )
+            else:
+                parts[cid] = ClusterMetadata(cid, cluster.proxied_bootstrap_servers, topics)
         write_metadata_file(self._metadata, [KafkaStream("s", parts)])
 
     def _leader(self, target: str) -> int:
@@ -560,6 +623,8 @@ class ChaosSoak:
             self._toxiproxy.add_toxic(proxy, "bandwidth", {"rate": 4})  # KB/s
         elif kind == "topic-removed":
             self._write_metadata(without=(target, REMOVABLE_TOPIC))
+        elif kind == "replica-handover":  # the origin topic leaves; its copy on the replica stays
+            self._write_metadata(without=(target, COPIED_TOPIC))
         elif kind == "disk-full":  # the node's data tmpfs filled: its next write fails
             self._full_disks.add((target, node))
             written = cluster.fill_disk(node)
@@ -619,6 +684,8 @@ class ChaosSoak:
     def _heal_all(self, job: _Job) -> None:
         self._toxiproxy.reset()
         self._restore_nodes()
+        if self._link is not None:
+            self._link.keep_running()
         self._write_metadata()
         if job.proc is None:
             job.start()
@@ -644,13 +711,37 @@ class ChaosSoak:
                 logical: cluster.create_topic(logical, n, replicas, topic_config)
                 for logical, n in TOPICS.items()
             }
-        self._write_metadata()
+        several_nodes = any(len(c.node_racks) > 1 for c in self._clusters.values())
+        several_clusters = len(self._clusters) > 1
+        drawn = [
+            k
+            for k in config.kinds
+            if (several_nodes or k not in MULTI_NODE_KINDS)
+            and (several_clusters or k not in MULTI_CLUSTER_KINDS)
+        ] or ["job-kill-9"]
         stop = threading.Event()
         producers = [
             _Producer(c, {self._topics[cid][t]: n for t, n in TOPICS.items()}, config.rate, stop)
             for cid, c in self._clusters.items()
         ]
         job = _Job(self._workdir, self._metadata, f"chaos-{uuid.uuid4().hex[:8]}", config.checkpoint_interval)
+        if "replica-handover" in drawn:
+            origin, replica = list(self._clusters.values())[:2]
+            self._link = CopyLink(
+                origin,
+                replica,
+                self._topics[origin.cluster_id][COPIED_TOPIC],
+                TOPICS[COPIED_TOPIC],
+                self._say,
+            )
+            try:
+                self._link.start()
+            except BaseException:
+                self._link.close()
+                raise
+            job.copies = self._link.copies
+            job.resolve = producers[0].index.lookup
+        self._write_metadata()
         faults: list[Fault] = []
         crashes: list[str] = []
         pending: list[tuple[Fault, set[tuple[PartitionKey, int]]]] = []
@@ -681,8 +772,6 @@ class ChaosSoak:
                 p.thread.start()
             job.start()
             next_fault = self._rng.uniform(*config.every)
-            several = any(len(c.node_racks) > 1 for c in self._clusters.values())
-            drawn = [k for k in config.kinds if several or k not in MULTI_NODE_KINDS] or ["job-kill-9"]
             while self._now() < config.seconds:
                 if self._now() < next_fault:
                     tick()
@@ -690,10 +779,12 @@ class ChaosSoak:
                     continue
                 kind = self._rng.choice(drawn)
                 target = "job" if kind == "job-kill-9" else self._rng.choice(sorted(self._clusters))
+                if kind == "replica-handover" and self._link is not None:
+                    target = self._link.origin.cluster_id  # the only origin a copy is made of
                 lasting = self._rng.uniform(*config.lasting)
                 if kind == "job-kill-9":
                     lasting = min(lasting, 10.0)  # the job is away for this long
-                on_node = kind not in ("job-kill-9", "topic-removed")
+                on_node = kind not in ("job-kill-9", "topic-removed", "replica-handover")
                 node = self._leader(target) if on_node else 0
                 many = on_node and len(self._clusters[target].node_racks) > 1
                 fault = Fault(kind, target, self._now(), node=node if many else None)
@@ -704,7 +795,20 @@ class ChaosSoak:
                 )
                 self._inject(kind, target, node, job)
                 heal_at = fault.started + lasting
+                # half the handovers also kill -9 the job halfway: the restore happens while the copy is read
+                kill_at = (
+                    fault.started + lasting / 2
+                    if kind == "replica-handover" and self._rng.random() < 0.5
+                    else None
+                )
                 while self._now() < heal_at:
+                    if kill_at is not None and self._now() >= kill_at:
+                        kill_at, fault.job_killed_at = None, self._now()
+                        self._say(
+                            f"[chaos seed={config.seed}] {self._now():.0f}s: kill -9 of the job, restarted"
+                        )
+                        job.kill()
+                        job.start()
                     tick()
                     time.sleep(0.25)
                 if kind == "delete-records":
@@ -741,6 +845,8 @@ class ChaosSoak:
                 self._toxiproxy.reset()
             finally:
                 self._restore_nodes()
+                if self._link is not None:
+                    self._link.close()
             if with_errors:
                 raise RuntimeError(f"producer threads did not end: {[p.thread.name for p in with_errors]}")
         healthy_gaps(faults, job.delivery_times(), wall0, sorted(self._clusters))
@@ -748,12 +854,15 @@ class ChaosSoak:
             [job.health(run) for run in range(len(job.runs))], [f.started for f in faults], wall0
         )
         acknowledged = [r for p in producers for r in p.snapshot()]
+        handovers = job.logged_handovers()
         report = audit(
             acknowledged,
             job.audit_runs(),
             resets=job.logged_resets(),
             deleted=self._deleted,
             read_log=read_log(self._clusters),
+            copies=job.copies,
+            handovers=handovers,
         )
         return SoakResult(
             seed=config.seed,
@@ -767,6 +876,8 @@ class ChaosSoak:
             drain_seconds=drain_seconds,
             drained=drained,
             leaks=leaks,
+            handovers=handovers,
+            mm2_restarts=0 if self._link is None else self._link.restarts,
         )
 
     def cleanup(self) -> None:
@@ -812,6 +923,10 @@ def describe(result: SoakResult) -> dict[str, Any]:
         "conflicting_values": report.conflicting_values,
         "backwards": report.backwards,
         "stuck_partitions": len(report.stuck_partitions),
+        "handovers": len(result.handovers),
+        "handover_modes": dict(Counter(h.mode for h in result.handovers)),
+        "repeats_across_handovers": report.copy_repeats,
+        "repeats_across_handovers_beyond_bounds": report.copy_repeats_beyond,
         "recovery_p50_s": p50,
         "recovery_p99_s": p99,
         "healthy_gap_max_s": result.healthy_gap_max(),

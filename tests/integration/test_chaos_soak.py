@@ -79,9 +79,49 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     assert report.in_run_duplicates == 0, f"records returned twice in one run: {replay}"
     assert report.duplicates_beyond_bound == 0, f"duplicates before a restored position: {replay}"
     assert (report.gaps, report.conflicting_values, report.backwards) == (0, 0, 0), replay
+    assert (report.copy_repeats_beyond, report.handover_skips) == (0, 0), f"across handovers: {replay}"
     gap = result.healthy_gap_max()
     assert gap is None or gap < HEALTHY_GAP_S, (
         f"a cluster went {gap:.1f}s without a delivery while another was faulted (stalled?): {replay}"
     )
     # what a user would check after months of running: the stream closed, nothing of it left, memory level
     assert result.leaks is not None and result.leaks.problems == [], f"leaks: {replay}"
+
+
+HANDOVER_SEED = 3
+"""A schedule of replica handovers (one of them with a ``kill -9`` of the job while it reads the copy) and a
+``kill -9`` of the job between them."""
+
+
+@pytest.mark.timeout(900)
+def test_replica_handovers_and_a_job_killed_while_it_reads_the_copy_deliver_every_record(
+    cluster_pool: ClusterPool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        clusters = cluster_pool.proxied(TOPOLOGIES["single-node"][0])
+    except ClusterUnavailable as exc:
+        pytest.skip(str(exc))
+    config = SoakConfig(seconds=75, seed=HANDOVER_SEED, kinds=("replica-handover", "job-kill-9"))
+
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(line)
+
+    result = ChaosSoak(clusters, cluster_pool.toxiproxy(), config, tmp_path / "soak", say=say).run()
+    summary = result.summary()
+    report = result.report
+    handovers = [f for f in result.faults if f.kind == "replica-handover"]
+    assert len(handovers) >= 2 and any(f.job_killed_at is not None for f in handovers), summary
+    assert result.handovers, f"the job logged no handover: {summary}"
+    origin = {h.origin for h in result.handovers}
+    assert all(key[0] == "chaos-east" for key in origin), summary
+    # what a user checks: every acknowledged record came, through the origin or its copy, and what came
+    # twice came within the bounds the source reported (a restore's position, a handover's repeats)
+    assert result.drained and report.lost == 0 and report.stuck_partitions == [], summary
+    assert report.in_run_duplicates == 0 and report.duplicates_beyond_bound == 0, summary
+    assert report.copy_repeats_beyond == 0 and report.handover_skips == 0, summary
+    assert (report.gaps, report.conflicting_values, report.backwards) == (0, 0, 0), summary
+    assert any(p.via_copy or p.copy_repeats for p in report.partitions.values()), (
+        f"nothing was read from the copy: {summary}"
+    )
+    assert result.job_crashes == [] and result.leaks is not None and result.leaks.problems == [], summary

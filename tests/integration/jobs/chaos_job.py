@@ -2,7 +2,8 @@
 checkpoints and appends every record it received to a file, one line per record
 (``cluster<TAB>topic<TAB>partition<TAB>offset<TAB>value<TAB>time``, the wall-clock time of the poll), with one unbuffered write per poll before the
 next poll (where the periodic checkpoint happens), so a ``kill -9`` loses no line a checkpoint covers.
-Warnings (offset resets among them) go to stderr.
+Warnings (offset resets among them) and the enumerator's INFO lines (replica handovers among them) go to
+stderr.
 
 With HEALTH_FILE, the job appends JSON lines about its own process (``harness.leaks``): ``{"baseline": ...}``
 before the source is built, ``{"t": <wall time>, "facts": ...}`` every 2 s, and, after a SIGTERM has ended
@@ -43,6 +44,8 @@ def main() -> None:
     metadata, checkpoint_dir, out, group, interval = sys.argv[1:6]
     health = sys.argv[6] if len(sys.argv) > 6 else None
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    # the enumerator's INFO lines include each replica handover (where a copied split starts), for the audit
+    logging.getLogger("multicluster_source.enumerator").setLevel(logging.INFO)
     stopping = False
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
