@@ -6,8 +6,9 @@ or rack clusters), ``secured`` (Apache Kafka with a SASL_SSL or mutual-TLS liste
 jars), ``processes`` (ports and broker processes); ``scenario`` and ``runtimes`` help the source's tests,
 ``fake_consumer`` its unit tests of fetchers and readers; ``chromium`` runs headless Chromium for the tests
 of pages (the status page, the documentation site); ``toxiproxy`` (a Toxiproxy server, built with Go and
-cached), ``chaos`` (the chaos soak over proxied clusters) and ``audit`` (its exact audit) serve the chaos
-tests.
+cached), ``chaos`` (the chaos soak over proxied clusters), ``chaos_copies`` (its MirrorMaker 2 copy for
+replica handovers), ``audit`` (its exact audit) and ``audit_copies`` (the audit across replica handovers)
+serve the chaos tests.
 """
 
 from .cluster import Cluster, unique_name
