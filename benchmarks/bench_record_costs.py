@@ -124,7 +124,11 @@ def per_batch(batch: list[Any], number: int, *, count_bytes: bool = True) -> tup
     fetcher._progress[split.topic_partition] = SplitProgress(split)
     fetcher._progress_changed()
     if not count_bytes:
-        fetcher._count = lambda messages: None  # type: ignore[method-assign]
+
+        def uncounted(messages: list[Any], *, with_bytes: bool = True) -> None:
+            return None
+
+        fetcher._count = uncounted  # type: ignore[method-assign]
     handoff.lend(lambda: fetcher._inline(context.emit_now), lambda: None)
     delivery = Delivery(handoff, RecordMaker(None), PositionTracker(), None, len(batch))
 

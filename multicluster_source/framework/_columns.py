@@ -10,10 +10,17 @@ split (the usual batch: the client hands over one partition's fetch at a time) g
 
 pyarrow is an optional dependency (the ``arrow`` extra): :func:`require_pyarrow` raises an ``ImportError``
 naming it.
+
+The value bytes of what a column taker takes are read off its Arrow value column (:func:`value_bytes`, a
+constant-time look at the offsets) instead of summing each message's length as the fetcher does for the
+other paths (about 24 ns a message, 8 % of the column path): a fetch made inline on a thread inside
+:func:`mark_columns` leaves them to the taker (``RecordBatch.count_bytes``). Threads: any; the mark is per
+thread.
 """
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Sequence
 from functools import cache
@@ -28,8 +35,11 @@ __all__ = [
     "ColumnBuilder",
     "column_builder",
     "column_schema",
+    "mark_columns",
     "message_columns",
     "require_pyarrow",
+    "taking_columns",
+    "value_bytes",
 ]
 
 ARROW_EXTRA = "multicluster-kafka-source[arrow]"
@@ -154,3 +164,31 @@ def column_builder(headers: bool = False) -> ColumnBuilder:
     """The one :class:`ColumnBuilder` of the process with or without ``headers`` (it holds no state but
     the schema); an ``ImportError`` naming the extra when pyarrow is missing."""
     return ColumnBuilder(headers)
+
+
+_here = threading.local()
+
+
+def mark_columns(on: bool) -> bool:
+    """Mark this thread as a column taker's (``on``) or not; returns the mark it had, to put back. Marked,
+    what it fetches inline leaves its value bytes to be counted off the Arrow batches (see the module doc)."""
+    before = bool(getattr(_here, "columns", False))
+    _here.columns = on
+    return before
+
+
+def taking_columns() -> bool:
+    """Whether this thread is marked a column taker's (:func:`mark_columns`)."""
+    return bool(getattr(_here, "columns", False))
+
+
+def value_bytes(batch: Any) -> int:
+    """The bytes of the ``value`` column of a batch made by :class:`ColumnBuilder` (what the messages'
+    lengths sum to), from its offsets alone."""
+    values = batch.column(6)
+    n = len(values)
+    if not n:
+        return 0
+    offsets = memoryview(values.buffers()[1]).cast("i")  # binary: int32 offsets, one more than values
+    first = values.offset
+    return int(offsets[first + n] - offsets[first])

@@ -53,6 +53,10 @@ class RecordBatch:
     the fetcher when the source has a watermark strategy without timestamp assigner; else None."""
     reset: bool = False
     """The positions of an offset reset (no messages): they may move a split back, unlike delivered ones."""
+    count_bytes: Callable[[int], None] | None = None
+    """Set when the fetcher left counting these messages' value bytes (``bytes_consumed_total``) to whoever
+    takes them: called with the bytes of each part taken (a column taker reads them off its Arrow value
+    column, the others sum the messages' lengths). None: the fetcher counted them."""
 
 
 class SplitEnumeratorContext(Protocol):

@@ -107,8 +107,10 @@ class SourceMetrics:
             pair = self._consumed_children(cluster, topic)
             if pair is None:
                 return
-        pair[0].inc(count)
-        pair[1].inc(nbytes)
+        if count:  # a column taker counts the bytes of what it takes apart (count 0)
+            pair[0].inc(count)
+        if nbytes:
+            pair[1].inc(nbytes)
 
     def set_offsets(
         self,

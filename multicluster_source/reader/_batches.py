@@ -7,7 +7,7 @@ handled without a loop over its messages in Python. Lag reports: :mod:`multiclus
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from multicluster_source.framework._split import KafkaPartitionSplit
@@ -27,19 +27,32 @@ class SplitProgress:
         self.next_offset = split.starting_offset
 
 
-def counts_per_topic(topics: Sequence[str], messages: list[Any]) -> dict[str, tuple[int, int]]:
+def counts_per_topic(
+    topics: Sequence[str], messages: list[Any], *, with_bytes: bool = True
+) -> dict[str, tuple[int, int]]:
     """Records and value bytes per topic of ``messages``; ``topics`` are the fetcher's assigned topics (one
-    topic: no loop over the messages in Python)."""
+    topic: no loop over the messages in Python; ``with_bytes=False``: 0 bytes, counted elsewhere)."""
     if len(topics) == 1:
-        return {topics[0]: (len(messages), sum(map(len, messages)))}
+        return {topics[0]: (len(messages), sum(map(len, messages)) if with_bytes else 0)}
     per_topic: dict[str, list[int]] = {}
     for m in messages:
         c = per_topic.get(m.topic())
         if c is None:
             c = per_topic[m.topic()] = [0, 0]
         c[0] += 1
-        c[1] += len(m)
+        if with_bytes:
+            c[1] += len(m)
     return {t: (c[0], c[1]) for t, c in per_topic.items()}
+
+
+def bytes_counter(metrics: Any, cluster_id: str, topic: str | None) -> Callable[[int], None] | None:
+    """What counts value bytes of ``topic`` that a fetch made inline for a column taker leaves to it
+    (``RecordBatch.count_bytes``: it reads them off its Arrow batches, see
+    :mod:`~multicluster_source.framework._columns`); None when the fetcher has several topics (it counts
+    their bytes itself, per topic)."""
+    if topic is None:
+        return None
+    return lambda nbytes: metrics.record_consumed(cluster_id, topic, 0, nbytes)
 
 
 def without_from(messages: list[Any], key: tuple[str, int], stop: int) -> list[Any]:

@@ -31,13 +31,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from confluent_kafka import TopicPartition
+
 from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedError
+from multicluster_source.framework._columns import taking_columns
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import kafka_event_times
 from multicluster_source.reader._batches import (
     SplitProgress,
     advance_positions,
+    bytes_counter,
     counts_per_topic,
     only_split,
     sort_errors,
@@ -91,6 +95,7 @@ class ClusterFetcher:
         self._lag = LagReports(cluster_id, settings.metrics)  # what moved since the last lag report
         self._tps: list[Any] = []
         self._topics: list[str] = []
+        self._bytes_later: Callable[[int], None] | None = None  # see bytes_counter
         self._known_partitions: dict[str, frozenset[int]] = {}
         """Partitions per topic in this consumer's last metadata answer for it (see ``learn_topics``)."""
         self._step = threading.Lock()  # one fetch step at a time: the fetch thread's or an inline one
@@ -209,8 +214,6 @@ class ClusterFetcher:
 
     def _remake(self, old: Any) -> Any:
         """Close ``old`` and make a new consumer reading every split from its position (fetch thread)."""
-        from confluent_kafka import TopicPartition
-
         with self._step:
             self._consumer = None
             try:
@@ -297,8 +300,6 @@ class ClusterFetcher:
         return messages if first is None else [first, *consumer.consume(n - 1, 0)] if n > 1 else [first]
 
     def _drain_commands(self, consumer: Any, *, block: bool) -> None:
-        from confluent_kafka import TopicPartition
-
         changed = False
         while True:
             try:
@@ -354,14 +355,13 @@ class ClusterFetcher:
 
     def _progress_changed(self) -> None:
         """Recompute what the hot path looks up once per batch (after splits came or went)."""
-        from confluent_kafka import TopicPartition
-
         progress = self._progress
         self._tps = [TopicPartition(t, p) for t, p in progress]
         self._topics = sorted({t for t, _p in progress})
         self._lag.assigned(self._tps, progress)
         topic = self._topics[0] if len(self._topics) == 1 else None
         self._split_hint = (topic, self._s.event_times == "ends")
+        self._bytes_later = bytes_counter(self._s.metrics, self.cluster_id, topic)
 
     def _handle(
         self, consumer: Any, messages: list[Any], emit: Callable[[RecordBatch, Callable[[], bool]], bool]
@@ -386,14 +386,15 @@ class ClusterFetcher:
                 one = only_split(moved, messages)
                 times = kafka_event_times(self.cluster_id, messages, one, *self._split_hint)
                 self._pauses.fetched(consumer, times, self._progress)
-            delivered = emit(RecordBatch(self.cluster_id, messages, positions, times), self._stopping.is_set)
-            if not delivered:
+            later = self._bytes_later if messages and self._bytes_later and taking_columns() else None
+            batch = RecordBatch(self.cluster_id, messages, positions, times, count_bytes=later)
+            if not emit(batch, self._stopping.is_set):
                 return  # stopping: positions stay where the last handed-on batch left them
             for prog in moved:
                 prog.next_offset = positions[prog.split_id]
             self._lag.moved(prog.key for prog in moved)
             if messages:
-                self._count(messages)
+                self._count(messages, with_bytes=later is None)
         if resets:
             outcome = reset_positions(
                 self.cluster_id,
@@ -410,17 +411,15 @@ class ClusterFetcher:
         if finished:
             self._drop_finished(consumer, finished)
 
-    def _count(self, messages: list[Any]) -> None:
-        """Per-batch metrics and topic tracking: records and bytes per topic."""
+    def _count(self, messages: list[Any], *, with_bytes: bool = True) -> None:
+        """Per-batch metrics and topic tracking: records and (unless the taker counts them) bytes a topic."""
         cid, on_topic_read = self.cluster_id, self._s.on_topic_read
-        for topic, (n, nbytes) in counts_per_topic(self._topics, messages).items():
+        for topic, (n, nbytes) in counts_per_topic(self._topics, messages, with_bytes=with_bytes).items():
             self._s.metrics.record_consumed(cid, topic, n, nbytes)
             if on_topic_read is not None:
                 on_topic_read(cid, topic, self._s.reader_index)
 
     def _drop_finished(self, consumer: Any, finished: list[tuple[str, int]]) -> None:
-        from confluent_kafka import TopicPartition
-
         ids: list[str] = []
         tps = []
         for key in dict.fromkeys(finished):

@@ -136,3 +136,37 @@ def test_the_live_stage_of_a_hybrid_stream_hands_out_arrow_batches_after_the_arc
     with hybrid.open(checkpoint_dir=ckpt) as s:
         rest = _rows(_drain_columns(s, 30))
     assert [r["offset"] for r in rest] == list(range(70, 100))
+
+
+def test_the_bytes_metric_counts_every_value_once_whether_columns_or_records_took_it(
+    kafka_cluster: Any,
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    topic = kafka_cluster.create_topic("colbytes", partitions=2)
+    registry = CollectorRegistry()
+    labels = {"cluster": kafka_cluster.cluster_id, "topic": topic}
+    source = builder([stream("s", cluster_md(kafka_cluster, topic))]).build()
+    sent: list[bytes] = []
+    got = 0
+    with source.open(registry=registry) as s:
+        assert s.poll_columns(timeout=1.0) == []
+        for chunk in range(6):  # records arrive while the caller keeps asking: it fetches them itself
+            sent += [
+                v
+                for _p, v in kafka_cluster.produce_n(
+                    topic, 500, partitions=2, prefix=f"v{chunk}-" + "x" * chunk
+                )
+            ]
+            take = (
+                (lambda: sum(b.num_rows for b in s.poll_columns(0.05, 333)))
+                if chunk < 4
+                else (lambda: len(s.poll(0.05, 250)))
+            )
+            deadline = time.monotonic() + 30
+            while got < len(sent) and time.monotonic() < deadline:
+                got += take()
+        assert got == len(sent) == 3000
+        records = registry.get_sample_value("multicluster_source_records_consumed_total", labels)
+        nbytes = registry.get_sample_value("multicluster_source_bytes_consumed_total", labels)
+    assert (records, nbytes) == (3000, sum(map(len, sent)))

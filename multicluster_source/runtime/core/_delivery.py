@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from multicluster_source.framework._columns import mark_columns, value_bytes
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import BatchEventTimes, kafka_event_times, part_event_times
@@ -235,6 +236,8 @@ class Delivery:
             kept.append(m)
             left.add(sid)
         dropped = {s for s in batch.positions if s in fenced or (s in floors and s not in left)}
+        if batch.count_bytes is not None:  # fetched: counted here, all of it, as the fetcher would have
+            batch.count_bytes(sum(map(len, batch.messages)))
         times = batch.event_times
         if isinstance(times, BatchEventTimes):
             times = kafka_event_times(cid, kept, ends_only=times.ends_only)
@@ -243,18 +246,23 @@ class Delivery:
         positions = {s: p for s, p in batch.positions.items() if s not in dropped}
         return RecordBatch(cid, kept, positions, times)
 
-    def _take(self, room: int) -> tuple[str, Sequence[Any], Mapping[str, int]]:
+    def _take(self, room: int, *, count: bool = True) -> tuple[str, Sequence[Any], Mapping[str, int]]:
         """Up to ``room`` messages of the current batch and the positions they reach; the caller advances
-        the delivered positions once it handed them out."""
+        the delivered positions once it handed them out. Counts their value bytes when the fetcher left
+        that to the taker, unless ``count`` is False (a column taker counts them off its Arrow batch)."""
         batch = self._batch
         assert batch is not None
         messages, start = batch.messages, self._start
         if start == 0 and len(messages) <= room:
             self._batch = None
             self._event_times = batch.event_times
+            if count and batch.count_bytes is not None:
+                batch.count_bytes(sum(map(len, messages)))
             return batch.cluster_id, messages, batch.positions
         end = min(len(messages), start + room)
         part = messages[start:end]
+        if count and batch.count_bytes is not None:
+            batch.count_bytes(sum(map(len, part)))
         times = batch.event_times
         self._event_times = (
             part_event_times(times, part, start) if isinstance(times, BatchEventTimes) else None
@@ -338,12 +346,24 @@ class Delivery:
         counts as delivered once its batch is made; when ``build`` raises, the part is left as it was.
         """
         self.detach()
+        before = mark_columns(
+            True
+        )  # what is fetched inline meanwhile leaves its value bytes to value_bytes()
+        try:
+            return self._columns(timeout, max_records, stopped, build)
+        finally:
+            mark_columns(before)
+
+    def _columns(
+        self, timeout: float, max_records: int, stopped: Callable[[], bool], build: ColumnMaker
+    ) -> list[Any]:
         out: list[Any] = []
         n = 0
         deadline = time.monotonic() + timeout
         while n < max_records and self._next(deadline, bool(out), stopped, more=True) is not None:
             batch, start = self._batch, self._start
-            cluster_id, messages, positions = self._take(max_records - n)
+            assert batch is not None
+            cluster_id, messages, positions = self._take(max_records - n, count=False)
             try:
                 made = build(cluster_id, messages, _one_split(positions, messages))
                 if self._on_delivered is not None:
@@ -351,6 +371,8 @@ class Delivery:
             except BaseException:
                 self._batch, self._start = batch, start
                 raise
+            if batch.count_bytes is not None:
+                batch.count_bytes(value_bytes(made))
             n += len(messages)
             refused = self._advance(positions, cluster_id, messages)
             if refused:  # fenced by a replica handover meanwhile: never handed out

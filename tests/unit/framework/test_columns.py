@@ -140,3 +140,69 @@ def test_a_batch_that_cannot_be_made_is_not_counted_as_delivered() -> None:
     assert delivered() == {} and delivery.holding
     assert _rows(_columns(delivery)) == [("east", "t", 0, 1)]
     assert delivered() == {"east/t/0": 2}
+
+
+def _value_bytes(batch: RecordBatch) -> int:
+    return sum(len(m.value() or b"") for m in batch.messages)
+
+
+def _left_to_taker(batch: RecordBatch, counted: list[int]) -> RecordBatch:
+    """``batch`` as a fetch made inline for a column taker hands it on: its value bytes left to the taker."""
+    return RecordBatch(batch.cluster_id, batch.messages, batch.positions, count_bytes=counted.append)
+
+
+def test_value_bytes_are_read_off_the_arrow_value_column_of_a_batch_or_a_slice_of_it() -> None:
+    from multicluster_source.framework._columns import value_bytes
+
+    messages = [_msg(0, o) for o in range(10, 14)]  # values "0@10" .. "0@13": 4 bytes each
+    made = column_builder()("east", messages, ("t", 0))
+    assert value_bytes(made) == 16
+    assert value_bytes(made.slice(1, 2)) == 8 and value_bytes(made.slice(0, 0)) == 0
+    tombstone = Message(topic="t", partition=0, offset=1, key=b"k", value=None, timestamp=(1, 5))
+    assert value_bytes(column_builder()("east", [tombstone, *messages[:1]])) == 4 == len(messages[0])
+
+
+def test_a_column_taker_counts_the_bytes_the_fetcher_left_to_it_once_per_row_taken() -> None:
+    counted: list[int] = []
+    batch = _batch("east", [(0, 10), (0, 11), (0, 12), (0, 13)])
+    delivery, _delivered = _delivery([_left_to_taker(batch, counted)])
+    assert sum(b.num_rows for b in _columns(delivery, 3)) == 3
+    assert counted == [12]  # three 4-byte values, read off the Arrow batch
+    delivery.records(0.0, 10, lambda: False)  # mixed with poll: the rest counted by its lengths
+    assert counted == [12, 4] and sum(counted) == _value_bytes(batch)
+
+
+def test_a_batch_that_cannot_be_made_counts_no_bytes_and_a_fenced_one_counts_all_it_fetched() -> None:
+    counted: list[int] = []
+    delivery, _delivered = _delivery([_left_to_taker(_batch("east", [(0, 1)]), counted)])
+
+    def broken(*_args: Any) -> Any:
+        raise MemoryError("no memory")
+
+    with pytest.raises(MemoryError):
+        delivery.columns(0.0, 10, lambda: False, broken)
+    assert counted == []
+    _columns(delivery)
+    assert counted == [3]
+    tracker = PositionTracker()
+    fenced = _batch("east", [(0, 1), (1, 1), (0, 2)])
+    delivery, _delivered = _delivery([_left_to_taker(fenced, counted := [])], tracker)
+    tracker.fence(["east/t/1"])
+    assert _rows(_columns(delivery)) == [("east", "t", 0, 1), ("east", "t", 0, 2)]
+    assert counted == [_value_bytes(fenced)], "fetched is counted, as the fetcher counts it"
+
+
+def test_only_a_thread_inside_a_column_take_is_marked_and_the_mark_is_put_back() -> None:
+    from multicluster_source.framework._columns import mark_columns, taking_columns
+
+    seen: list[bool] = []
+
+    def build(cluster_id: str, messages: Any, split: Any) -> Any:
+        seen.append(taking_columns())
+        return column_builder()(cluster_id, messages, split)
+
+    delivery, _delivered = _delivery([_batch("east", [(0, 1)])])
+    assert not taking_columns()
+    delivery.columns(0.0, 10, lambda: False, build)
+    assert seen == [True] and not taking_columns()
+    assert mark_columns(True) is False and mark_columns(False) is True
