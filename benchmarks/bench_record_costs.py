@@ -10,7 +10,11 @@ as the throughput benchmark's):
   a record made and its value read (the ``for`` loop's and the floor's), a list of records (``poll``'s);
 - per batch (us): the source's whole path for one batch (the inline fetch step on a stand-in consumer that
   hands out the same messages, the hand-off, ``Delivery``, the records taken, the positions settled)
-  against the floor's loop on the same stand-in, with and without the bytes count.
+  against the floor's loop on the same stand-in, with and without the bytes count;
+- per batch (us), the column path: ``poll_columns``' whole way for one batch (the inline step, the hand-off,
+  the Arrow batch, its value bytes counted off the value column) against the raw column loop of
+  ``bench_throughput --long`` (``rawcolumns``: the error scan, one pass to see whether the batch is of one
+  partition, the same ``ColumnBuilder``) on the same stand-in.
 
 The garbage collector is off while timing: its share (a young collection every 700 objects allocated and
 kept, full ones as they are promoted) is the same for the source and the floor, except for ``poll``'s list,
@@ -46,6 +50,7 @@ from multicluster_source.runtime.core._delivery import Delivery
 from multicluster_source.runtime.core._handoff import Handoff, PositionTracker
 
 _error_of = Message.error
+_partition_of = Message.partition
 
 
 class _StandIn:
@@ -157,6 +162,40 @@ def per_batch(batch: list[Any], number: int, *, count_bytes: bool = True) -> tup
     return statistics.median(mine), statistics.median(theirs)
 
 
+def per_batch_columns(batch: list[Any], number: int) -> tuple[float, float]:
+    """(the column path, the raw column loop) in us per batch, on the stand-in consumer."""
+    from multicluster_source.framework._columns import column_builder
+
+    stand_in = _StandIn(batch)
+    handoff = Handoff(16)
+    context = _Context(handoff)
+    settings = FetchSettings("bench", 0, len(batch), SourceMetrics(CollectorRegistry(), "bench"))
+    fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None)  # type: ignore[arg-type]
+    split = KafkaPartitionSplit("east", "t", 0, 0)
+    fetcher._consumer = stand_in
+    fetcher._progress[split.topic_partition] = SplitProgress(split)
+    fetcher._progress_changed()
+    handoff.lend(lambda: fetcher._inline(context.emit_now), lambda: None)
+    delivery = Delivery(handoff, RecordMaker(None), PositionTracker(), None, len(batch))
+    build = column_builder()
+
+    def source() -> None:
+        made = delivery.columns(0.5, len(batch), lambda: False, build)
+        assert sum(b.num_rows for b in made) == len(batch)
+
+    def raw() -> None:
+        good = [m for m in stand_in.consume(len(batch), 0) if m.error() is None]
+        one = len(set(map(_partition_of, good))) == 1
+        build("east", good, (good[0].topic(), good[0].partition()) if one else None).num_rows  # noqa: B018
+
+    mine: list[float] = []
+    theirs: list[float] = []
+    for _ in range(5):  # alternating
+        mine.append(_best_us(source, number))
+        theirs.append(_best_us(raw, number))
+    return statistics.median(mine), statistics.median(theirs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The record path's per-message and per-batch costs.")
     parser.add_argument("--batch", type=int, default=1000, help="messages a batch (reader.batch.max.records)")
@@ -174,6 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"  {label:<21} source {source:7.1f}  floor {floor:7.1f}  source - floor "
                 f"{source - floor:6.1f} ({(source - floor) * 1000 / args.batch:.1f} ns a record)"
+            )
+        try:
+            columns, raw = per_batch_columns(batch, args.number)
+        except ImportError:
+            print("column path: not measured (pyarrow is not installed)")
+        else:
+            print(
+                f"column path, per batch of {args.batch} (us): source {columns:7.1f}  raw column loop "
+                f"{raw:7.1f}  raw / source {raw / columns:.3f}"
             )
     finally:
         gc.enable()
