@@ -110,7 +110,7 @@ _SPECS: Final[dict[str, _Spec]] = {
             BYTES,
             Counter,
             ("cluster", "topic"),
-            "Bytes of record keys and values read from a topic of a cluster.",
+            "Bytes of record values read from a topic of a cluster (keys and headers are not counted).",
         ),
         _Spec(
             LAG,
