@@ -117,8 +117,20 @@ def per_message(batch: list[Any], number: int) -> dict[str, float]:
     return {name: _best_us(fn, number) * 1000 / len(batch) for name, fn in passes.items()}
 
 
-def per_batch(batch: list[Any], number: int, *, count_bytes: bool = True) -> tuple[float, float]:
-    """(source's path, the floor's loop) in us per batch, on the stand-in consumer."""
+def _alternating(
+    mine: Callable[[], object], theirs: Callable[[], object], number: int
+) -> tuple[float, float]:
+    """Medians of 5 alternating best-of-5 measurements of each, in us a call."""
+    ours: list[float] = []
+    other: list[float] = []
+    for _ in range(5):
+        ours.append(_best_us(mine, number))
+        other.append(_best_us(theirs, number))
+    return statistics.median(ours), statistics.median(other)
+
+
+def _source_on(batch: list[Any], *, count_bytes: bool = True) -> tuple[_StandIn, Delivery]:
+    """A fetcher on a stand-in consumer of ``batch`` whose steps the taker runs inline, and its delivery."""
     stand_in = _StandIn(batch)
     handoff = Handoff(16)
     context = _Context(handoff)
@@ -135,7 +147,12 @@ def per_batch(batch: list[Any], number: int, *, count_bytes: bool = True) -> tup
 
         fetcher._count = uncounted  # type: ignore[method-assign]
     handoff.lend(lambda: fetcher._inline(context.emit_now), lambda: None)
-    delivery = Delivery(handoff, RecordMaker(None), PositionTracker(), None, len(batch))
+    return stand_in, Delivery(handoff, RecordMaker(None), PositionTracker(), None, len(batch))
+
+
+def per_batch(batch: list[Any], number: int, *, count_bytes: bool = True) -> tuple[float, float]:
+    """(source's path, the floor's loop) in us per batch, on the stand-in consumer."""
+    stand_in, delivery = _source_on(batch, count_bytes=count_bytes)
 
     def source() -> None:
         records = delivery.iterate(0.5, lambda: False)
@@ -154,29 +171,14 @@ def per_batch(batch: list[Any], number: int, *, count_bytes: bool = True) -> tup
             if tp.offset >= 0:
                 positions[f"east/{tp.topic}/{tp.partition}"] = tp.offset
 
-    mine: list[float] = []
-    theirs: list[float] = []
-    for _ in range(5):  # alternating
-        mine.append(_best_us(source, number))
-        theirs.append(_best_us(floor, number))
-    return statistics.median(mine), statistics.median(theirs)
+    return _alternating(source, floor, number)
 
 
 def per_batch_columns(batch: list[Any], number: int) -> tuple[float, float]:
     """(the column path, the raw column loop) in us per batch, on the stand-in consumer."""
     from multicluster_source.framework._columns import column_builder
 
-    stand_in = _StandIn(batch)
-    handoff = Handoff(16)
-    context = _Context(handoff)
-    settings = FetchSettings("bench", 0, len(batch), SourceMetrics(CollectorRegistry(), "bench"))
-    fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None)  # type: ignore[arg-type]
-    split = KafkaPartitionSplit("east", "t", 0, 0)
-    fetcher._consumer = stand_in
-    fetcher._progress[split.topic_partition] = SplitProgress(split)
-    fetcher._progress_changed()
-    handoff.lend(lambda: fetcher._inline(context.emit_now), lambda: None)
-    delivery = Delivery(handoff, RecordMaker(None), PositionTracker(), None, len(batch))
+    stand_in, delivery = _source_on(batch)
     build = column_builder()
 
     def source() -> None:
@@ -188,12 +190,7 @@ def per_batch_columns(batch: list[Any], number: int) -> tuple[float, float]:
         one = len(set(map(_partition_of, good))) == 1
         build("east", good, (good[0].topic(), good[0].partition()) if one else None).num_rows  # noqa: B018
 
-    mine: list[float] = []
-    theirs: list[float] = []
-    for _ in range(5):  # alternating
-        mine.append(_best_us(source, number))
-        theirs.append(_best_us(raw, number))
-    return statistics.median(mine), statistics.median(theirs)
+    return _alternating(source, raw, number)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
