@@ -39,7 +39,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.audit_copies import CopyRepeat, Handover, copied_deliveries, judge_repeats
+from harness.audit_copies import CopyRepeat, Handover, copied_deliveries, double_copies, judge_repeats
 
 PartitionKey = tuple[str, str, int]
 """``(cluster, topic, partition)``."""
@@ -391,12 +391,14 @@ def audit(
     read_log: LogReader | None = None,
     copies: Mapping[PartitionKey, PartitionKey] | None = None,
     handovers: Iterable[Handover] = (),
+    copied_twice: Mapping[PartitionKey, set[bytes]] | None = None,
 ) -> AuditReport:
     """Audit ``runs`` (in the order they ran) against the ``acknowledged`` records; see the module docs.
 
     ``deleted`` maps a partition to the log start a ``delete_records`` set (the highest, if several).
     ``copies`` maps each copied partition to its origin partition, ``handovers`` are the handovers the job
-    logged (:mod:`harness.audit_copies`).
+    logged, ``copied_twice`` the values each copied partition holds at more than one offset
+    (:mod:`harness.audit_copies`).
 
     Partitions that only the runs mention are audited too (for duplicates, gaps and order). ``read_log``
     is asked once per partition with lost records, for the offsets that are still in the broker's log.
@@ -428,7 +430,9 @@ def audit(
         )
         for key in keys
     }
-    judge_repeats(partitions, through, list(handovers))
+    judge_repeats(
+        partitions, through, list(handovers), double_copies(acked, copies or {}, copied_twice or {})
+    )
     return AuditReport(partitions, len(runs))
 
 

@@ -12,8 +12,11 @@ which may repeat up to the ``max_repeats`` the translation reported (0 when ``ex
 comes back while its copy is read resumes at its retained position, which is the handover's position, so
 what was read from the copy meanwhile comes again. Both repeat offsets at or after the handover's position
 less its ``max_repeats``: that is each handover's bound, and a repeat below every bound of its partition is
-reported. A record MirrorMaker 2 copied twice (two copy offsets, one value; MM2 copies at least once) is
-counted, not judged.
+reported. A record MirrorMaker 2 copied twice (two copy offsets, one value; MM2 copies at least once, for
+instance again after its target restarted) is counted, not judged: the translation's bound assumes one copy
+per record (the guide says so), so the second copy of a record the origin delivered comes again whatever
+the bound. Which records the copy holds twice is read from the copy's log (``double``), since the job may
+have read only one of the two copies.
 
 A handover must not skip either: the copy's record at the offset a handover started it at must be a copy of
 an origin record at or before the handover's position (a later one means the records between were passed
@@ -138,10 +141,25 @@ def copied_deliveries(
     return {key: dict(by_offset) for key, by_offset in through.items()}
 
 
+def double_copies(
+    acked: Mapping[PartitionKey, Mapping[int, bytes]],
+    copies: Mapping[PartitionKey, PartitionKey],
+    copied_twice: Mapping[PartitionKey, set[bytes]],
+) -> dict[PartitionKey, set[int]]:
+    """Origin partition -> the offsets of its acknowledged records that a copy holds more than once."""
+    out: dict[PartitionKey, set[int]] = defaultdict(set)
+    for copy, values in copied_twice.items():
+        origin = copies.get(copy)
+        if origin is not None and values:
+            out[origin] |= {offset for offset, value in acked.get(origin, {}).items() if value in values}
+    return dict(out)
+
+
 def judge_repeats(
     partitions: Mapping[PartitionKey, PartitionAudit],
     through: Mapping[PartitionKey, Mapping[int, set[CopyOffset]]],
     handovers: Sequence[Handover],
+    double: Mapping[PartitionKey, set[int]] | None = None,
 ) -> None:
     """Fill each origin partition's ``copy_repeats``, ``copy_repeats_beyond`` and ``handover_skips`` (see
     the module docs)."""
@@ -163,8 +181,8 @@ def judge_repeats(
             if not from_origin and len(copied) < 2:
                 continue
             where = tuple(sorted(copied))
-            if not from_origin:
-                part.copy_repeats.append(CopyRepeat(offset, where, False))
+            if not from_origin or offset in (double or {}).get(key, ()):  # MM2 copied it twice
+                part.copy_repeats.append(CopyRepeat(offset, where, from_origin))
                 continue
             fitting = [b for b in bounds if offset >= b]
             repeat = CopyRepeat(offset, where, True, max(fitting) if fitting else min(bounds, default=None))

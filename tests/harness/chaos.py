@@ -863,6 +863,7 @@ class ChaosSoak:
             read_log=read_log(self._clusters),
             copies=job.copies,
             handovers=handovers,
+            copied_twice=None if self._link is None else self._link.copied_twice(),
         )
         return SoakResult(
             seed=config.seed,

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import re
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from harness.audit_copies import PartitionKey
 from harness.kafka import KafkaCluster
@@ -89,6 +93,35 @@ class CopyLink:
         self._say(
             f"[chaos] MirrorMaker 2 copies {self.origin.cluster_id}/{self.topic} to {self.replica.cluster_id}/{self.copy_topic}"
         )
+
+    def copied_twice(self, timeout: float = 60.0) -> dict[PartitionKey, set[bytes]]:
+        """Copied partition -> the values it holds at more than one offset (MirrorMaker copies at least
+        once: after its target restarted, say, it may copy records again), read from the replica's log
+        directly (not through a proxy) from the start to the end."""
+        consumer = self.replica.consumer(**{"enable.auto.commit": False, "enable.partition.eof": True})
+        seen: dict[int, Counter[bytes]] = {p: Counter() for p in range(self.partitions)}
+        try:
+            consumer.assign(
+                [TopicPartition(self.copy_topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
+            )
+            ended: set[int] = set()
+            deadline = time.monotonic() + timeout
+            while len(ended) < self.partitions and time.monotonic() < deadline:
+                for msg in consumer.consume(10_000, 0.5):
+                    error = msg.error()
+                    partition = msg.partition()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF and partition is not None:
+                            ended.add(partition)
+                        continue
+                    if partition is not None:
+                        seen[partition][msg.value() or b""] += 1
+        finally:
+            consumer.close()
+        return {
+            (self.replica.cluster_id, self.copy_topic, p): {v for v, n in values.items() if n > 1}
+            for p, values in seen.items()
+        }
 
     def keep_running(self) -> None:
         """Start MirrorMaker again if it died (its log says why)."""

@@ -11,6 +11,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+# documented public names of confluent_kafka.admin that the package does not mark as re-exported
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
 from harness import ClusterPool, ClusterUnavailable
 from harness.chaos import read_log
 from harness.kafka import KafkaCluster
@@ -100,6 +103,27 @@ def test_a_paused_broker_answers_once_resumed(proxied: tuple[KafkaCluster, Toxip
         assert acknowledged == [0]
     finally:
         producer.close()
+
+
+def test_the_copy_link_finds_the_records_its_copy_holds_twice(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    from harness.chaos_copies import CopyLink
+
+    cluster, _toxiproxy = proxied
+    topic = cluster.create_topic("harness-copied", partitions=2)
+    # the copy's name on the replica; here origin and replica are one cluster, and the copy is written by hand
+    link = CopyLink(cluster, cluster, topic, 2, say=lambda _line: None)
+    cluster.admin().create_topics([NewTopic(link.copy_topic, 2, 1)])[link.copy_topic].result(30)
+    cluster.produce(link.copy_topic, [b"a", b"b", b"a", b"c", b"b"], partition=0)  # a and b copied twice
+    cluster.produce(link.copy_topic, [b"d"], partition=1)
+    try:
+        assert link.copied_twice(timeout=60.0) == {
+            (cluster.cluster_id, link.copy_topic, 0): {b"a", b"b"},
+            (cluster.cluster_id, link.copy_topic, 1): set(),
+        }
+    finally:
+        link.close()
 
 
 def test_the_audits_log_reader_tells_which_offsets_the_broker_still_holds(

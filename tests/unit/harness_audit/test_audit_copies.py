@@ -152,3 +152,16 @@ def test_a_handover_that_starts_the_copy_past_the_origins_position_is_a_skip_eve
         in report.partitions[P].verdict()
     )
     assert "handovers that skipped 1" in report.summary()
+
+
+def test_a_record_the_copy_holds_twice_may_come_from_the_origin_and_from_its_second_copy() -> None:
+    # the origin delivered 0..4; MM2 copied 3 and 4 again after copying them (copy 0..4, then 5, 6 = 3, 4),
+    # so a translation from 5 by the last sync (origin 4 -> copy 4) starts at copy 5: 3 and 4 come again
+    h = handover(5, 5, "conservative", 0)
+    records = origin(range(5)) + copied([3, 4], shift=-2) + copied(range(5, 8), shift=-2)
+    twice = {C: {b"v3", b"v4"}}
+    report = audit(origin(range(8)), [run_with(records, h)], copies={C: P}, handovers=[h], copied_twice=twice)
+    assert report.ok, report.summary()
+    assert [(r.offset, r.from_origin) for r in report.partitions[P].copy_repeats] == [(3, True), (4, True)]
+    judged = audit(origin(range(8)), [run_with(records, h)], copies={C: P}, handovers=[h])
+    assert [r.offset for r in judged.partitions[P].copy_repeats_beyond] == [3, 4], "without the copy's log"
