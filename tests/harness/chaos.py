@@ -450,15 +450,17 @@ class _Job:
         """The replica handovers the runs logged, run by run."""
         found = []
         for run in range(len(self.runs)):
-            path = self.log(run)
-            found += parse_handovers(run, path.read_text(errors="replace") if path.exists() else "")
+            found += parse_handovers(run, self._log_text(run))
         return found
 
-    def audit_runs(self) -> list[Run]:
+    def _log_text(self, run: int) -> str:
+        path = self.log(run)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def audit_runs(self, handovers: Sequence[Handover]) -> list[Run]:
         """Every run's records in order, for the audit (an incomplete last line is left out), with where it
-        started copied partitions."""
+        started copied partitions (``handovers``: :meth:`logged_handovers`)."""
         runs = []
-        handovers = self.logged_handovers()
         for index, (out, restored) in enumerate(self.runs):
             records = []
             if out.exists():
@@ -484,9 +486,7 @@ class _Job:
         """The offset resets the runs logged."""
         resets = []
         for run in range(len(self.runs)):
-            path = self.log(run)
-            text = path.read_text(errors="replace") if path.exists() else ""
-            for cluster, topic, partition, old, new in _RESET_LINE.findall(text):
+            for cluster, topic, partition, old, new in _RESET_LINE.findall(self._log_text(run)):
                 target = int(new) if new.isdigit() else 2**62  # looked up by the client: unknown
                 resets.append(Reset((cluster, topic, int(partition)), int(old), target))
         return resets
@@ -857,7 +857,7 @@ class ChaosSoak:
         handovers = job.logged_handovers()
         report = audit(
             acknowledged,
-            job.audit_runs(),
+            job.audit_runs(handovers),
             resets=job.logged_resets(),
             deleted=self._deleted,
             read_log=read_log(self._clusters),

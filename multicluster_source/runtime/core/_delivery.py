@@ -253,16 +253,15 @@ class Delivery:
         batch = self._batch
         assert batch is not None
         messages, start = batch.messages, self._start
-        if start == 0 and len(messages) <= room:
-            self._batch = None
-            self._event_times = batch.event_times
-            if count and batch.count_bytes is not None:
-                batch.count_bytes(sum(map(len, messages)))
-            return batch.cluster_id, messages, batch.positions
-        end = min(len(messages), start + room)
-        part = messages[start:end]
+        whole = start == 0 and len(messages) <= room
+        end = len(messages) if whole else min(len(messages), start + room)
+        part = messages if whole else messages[start:end]
         if count and batch.count_bytes is not None:
             batch.count_bytes(sum(map(len, part)))
+        if whole:
+            self._batch = None
+            self._event_times = batch.event_times
+            return batch.cluster_id, messages, batch.positions
         times = batch.event_times
         self._event_times = (
             part_event_times(times, part, start) if isinstance(times, BatchEventTimes) else None
@@ -346,9 +345,8 @@ class Delivery:
         counts as delivered once its batch is made; when ``build`` raises, the part is left as it was.
         """
         self.detach()
-        before = mark_columns(
-            True
-        )  # what is fetched inline meanwhile leaves its value bytes to value_bytes()
+        # what is fetched inline meanwhile leaves its value bytes to value_bytes()
+        before = mark_columns(True)
         try:
             return self._columns(timeout, max_records, stopped, build)
         finally:
