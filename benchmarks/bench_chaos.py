@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out["machine"] = machine_info("kafka")
         (RESULTS_DIR / f"chaos-{args.topology}.json").write_text(json.dumps(out, indent=2) + "\n")
     leaked = result.leaks is None or bool(result.leaks.problems)
-    if result.report.ok and not result.job_crashes and result.drained and not leaked:
+    complete = not result.harness_problems()
+    if result.report.ok and not result.job_crashes and result.drained and not leaked and complete:
         soak.cleanup()
         return 0
     print(f"files kept in {workdir}")

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     OFFSET_END,
     Consumer,
     KafkaError,
@@ -191,6 +192,17 @@ class SoakResult:
     leaks: LeakReport | None = None
     handovers: list[Handover] = field(default_factory=list)  # as the job's runs logged them
     mm2_restarts: int = 0
+    # acknowledged without an offset, then found in the log by value (see _Producer._delivered), and not found
+    acked_without_offset: int = 0
+    acked_not_in_log: list[str] = field(default_factory=list)
+    producer_failures: list[str] = field(default_factory=list)  # what stopped a producer's loop, if anything
+
+    def harness_problems(self) -> list[str]:
+        """What makes the soak's own evidence incomplete: a producer's loop that failed, or a record
+        acknowledged without an offset that the brokers' logs do not hold."""
+        return [f"producer: {f}" for f in self.producer_failures] + [
+            f"acknowledged, not in the log: {a}" for a in self.acked_not_in_log
+        ]
 
     def recovery_percentiles(self) -> tuple[float | None, float | None]:
         """p50 and p99 of the recovery times (None without any)."""
@@ -213,11 +225,13 @@ class SoakResult:
         unrecovered = sum(f.recovery is None for f in self.faults)
         fmt = lambda x: "-" if x is None else f"{x:.1f}s"  # noqa: E731
         by_error = ", ".join(f"{k} {n}" for k, n in sorted(self.producer_error_kinds.items()))
+        n = self.acked_without_offset
+        no_offset = f"acknowledged without an offset {n} (placed by value); " if n else ""
         lines = [
             f"chaos soak seed={self.seed} seconds={self.config.seconds:.0f}: {len(self.faults)} faults "
             f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); {self.runs} job run(s), "
             f"{len(self.job_crashes)} crash(es); producer errors {self.producer_errors}"
-            f"{f' ({by_error})' if by_error else ''}, not acknowledged, so not owed; drained "
+            f"{f' ({by_error})' if by_error else ''}, not acknowledged, so not owed; {no_offset}drained "
             f"{'yes' if self.drained else 'NO'} in {self.drain_seconds:.1f}s; recovery p50 {fmt(p50)} "
             f"p99 {fmt(p99)}, not recovered {unrecovered}; healthy clusters' longest gap during faults "
             f"{fmt(self.healthy_gap_max())}"
@@ -240,6 +254,7 @@ class SoakResult:
         if self.leaks is not None:
             lines.append(self.leaks.summary())
         lines += [f"crash: {c}" for c in self.job_crashes]
+        lines += [f"harness: {p}" for p in self.harness_problems()]
         return "\n".join(lines)
 
 
@@ -258,6 +273,8 @@ class _Producer:
         self.errors = 0
         self.error_kinds: Counter[str] = Counter()  # error name -> count (delivery reports and produce calls)
         self.index = ValueIndex()  # the acknowledged records by value (a copy's records are found by it)
+        self.unplaced: list[tuple[PartitionKey, bytes]] = []  # acknowledged without an offset (_delivered)
+        self.failures: list[str] = []  # exceptions the loop caught (a delivery callback's among them)
         self._fatal = False
         self.thread = threading.Thread(target=self._run, name=f"mcs-chaos-producer-{cluster.cluster_id}")
 
@@ -279,8 +296,17 @@ class _Producer:
             self._fatal = self._fatal or err.fatal()
             return
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        assert topic is not None and partition is not None and offset is not None
-        record = Record(self.cluster.cluster_id, topic, partition, offset, msg.value() or b"")
+        value = msg.value() or b""
+        if topic is None or partition is None:
+            raise AssertionError(f"a delivery report without a partition for {value!r}")
+        if offset is None:
+            # librdkafka reports a record delivered without an offset when its idempotent producer learns that
+            # a retried batch had been written already (DUPLICATE_SEQUENCE_NUMBER after a possibly persisted
+            # error; librdkafka #4438): acknowledged, and placed by its value in the log at the end
+            with self._lock:
+                self.unplaced.append(((self.cluster.cluster_id, topic, partition), value))
+            return
+        record = Record(self.cluster.cluster_id, topic, partition, offset, value)
         with self._lock:
             self.acked.append(record)
         self.index.add(record.value, record.key, offset)
@@ -311,7 +337,10 @@ class _Producer:
                     self.errors += 1
                     self.error_kinds[exc.args[0].name() if exc.args else "KafkaException"] += 1
                     self._fatal = True
-                producer.poll(0)
+                try:
+                    producer.poll(0)  # runs the delivery callbacks, whose exceptions come out here
+                except Exception as exc:  # kept for the result: the loop must go on
+                    self.failures.append(f"{type(exc).__name__}: {exc}")
                 self._stop.wait(1.0 / self._rate)
         finally:
             producer.flush(150.0)  # message.timeout.ms bounds it: every record acknowledged or failed
@@ -500,17 +529,7 @@ def read_log(clusters: Mapping[str, Cluster], timeout: float = 30.0) -> LogReade
     def read(key: PartitionKey, offsets: Sequence[int]) -> set[int]:
         cluster, topic, partition = key
         wanted, found = set(offsets), set[int]()
-        consumer = Consumer(
-            clusters[cluster].client_config(
-                **{
-                    "group.id": f"audit-{uuid.uuid4().hex[:8]}",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",  # below the log start: what is left of it
-                    "log_level": 2,
-                }
-            )
-        )
+        consumer = _log_consumer(clusters[cluster])
         try:
             consumer.assign([TopicPartition(topic, partition, min(wanted))])
             deadline = time.monotonic() + timeout
@@ -533,6 +552,57 @@ def read_log(clusters: Mapping[str, Cluster], timeout: float = 30.0) -> LogReade
         return found & wanted
 
     return read
+
+
+def _log_consumer(cluster: Cluster) -> Consumer:
+    """A plain consumer of ``cluster``'s brokers for the audit: no group commits, straight to the brokers
+    (not through a proxy), from what is left of the log when asked below its start."""
+    return Consumer(
+        cluster.client_config(
+            **{
+                "group.id": f"audit-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "log_level": 2,
+            }
+        )
+    )
+
+
+def place_by_value(
+    clusters: Mapping[str, Cluster], unplaced: Sequence[tuple[PartitionKey, bytes]], timeout: float = 60.0
+) -> tuple[list[Record], list[tuple[PartitionKey, bytes]]]:
+    """The records acknowledged without an offset (see ``_Producer._delivered``) found in their partitions'
+    logs by value, read from the start for at most ``timeout`` seconds a partition: (the records with their
+    offsets, those the log does not hold)."""
+    wanted: dict[PartitionKey, set[bytes]] = {}
+    for key, value in unplaced:
+        wanted.setdefault(key, set()).add(value)
+    placed: list[Record] = []
+    missing: list[tuple[PartitionKey, bytes]] = []
+    for key, values in sorted(wanted.items()):
+        cluster, topic, partition = key
+        found: dict[bytes, int] = {}
+        consumer = _log_consumer(clusters[cluster])
+        try:
+            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + timeout
+            while len(found) < len(values) and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, timeout=0.5):
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            deadline = 0.0
+                        continue
+                    value, offset = msg.value() or b"", msg.offset()
+                    if value in values and offset is not None:
+                        found[value] = offset
+        finally:
+            consumer.close()
+        placed += [Record(cluster, topic, partition, offset, value) for value, offset in found.items()]
+        missing += [(key, value) for value in sorted(values - found.keys())]
+    return placed, missing
 
 
 class ChaosSoak:
@@ -853,7 +923,16 @@ class ChaosSoak:
         leaks = leak_report(
             [job.health(run) for run in range(len(job.runs))], [f.started for f in faults], wall0
         )
-        acknowledged = [r for p in producers for r in p.snapshot()]
+        unplaced = [u for p in producers for u in p.unplaced]
+        placed, not_in_log = place_by_value(self._clusters, unplaced) if unplaced else ([], [])
+        # a partition whose log start a deletion moved may have lost such a record unread: not the job's doing
+        not_in_log = [(key, value) for key, value in not_in_log if key not in self._deleted]
+        for record in placed:  # a copy of it read by the job counts from now on
+            next(p for p in producers if p.cluster.cluster_id == record.cluster).index.add(
+                record.value, record.key, record.offset
+            )
+        job.follow()
+        acknowledged = [r for p in producers for r in p.snapshot()] + placed
         handovers = job.logged_handovers()
         report = audit(
             acknowledged,
@@ -879,6 +958,9 @@ class ChaosSoak:
             leaks=leaks,
             handovers=handovers,
             mm2_restarts=0 if self._link is None else self._link.restarts,
+            acked_without_offset=len(unplaced),
+            acked_not_in_log=[f"{'/'.join(map(str, key))}: {value!r}" for key, value in not_in_log],
+            producer_failures=[f for p in producers for f in p.failures],
         )
 
     def cleanup(self) -> None:
@@ -913,6 +995,8 @@ def describe(result: SoakResult) -> dict[str, Any]:
         "faults": dict(Counter(f.kind for f in result.faults)),
         "runs": result.runs,
         "job_crashes": len(result.job_crashes),
+        "acked_without_offset": result.acked_without_offset,
+        "harness_problems": result.harness_problems(),
         "acknowledged": report.acknowledged,
         "delivered": report.delivered,
         "lost": report.lost,

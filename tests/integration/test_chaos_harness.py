@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from harness import ClusterPool, ClusterUnavailable
-from harness.chaos import read_log
+from harness.chaos import place_by_value, read_log
 from harness.kafka import KafkaCluster
 from harness.pool import proxy_name, replication_proxy_name
 from harness.scenario import wait_for
@@ -140,6 +140,19 @@ def test_the_audits_log_reader_tells_which_offsets_the_broker_still_holds(
     assert read((cluster.cluster_id, topic, 0), [0, 1, 3, 5, 9]) == {3, 5}
     assert time.monotonic() - started < 60.0, "the reader waited for its timeout instead of the log's end"
     assert read((cluster.cluster_id, topic, 0), [4]) == {4}
+
+
+def test_records_acknowledged_without_an_offset_are_found_in_the_log_by_value(
+    proxied: tuple[KafkaCluster, Toxiproxy],
+) -> None:
+    cluster, _toxiproxy = proxied
+    topic = cluster.create_topic("harness-place")
+    cluster.produce(topic, [f"p{i}".encode() for i in range(5)])
+    key = (cluster.cluster_id, topic, 0)
+    unplaced = [(key, b"p3"), (key, b"p1"), (key, b"never written")]
+    placed, missing = place_by_value({cluster.cluster_id: cluster}, unplaced, timeout=120.0)
+    assert sorted((r.key, r.offset, r.value) for r in placed) == [(key, 1, b"p1"), (key, 3, b"p3")]
+    assert missing == [(key, b"never written")]
 
 
 def test_a_disabled_proxy_cuts_the_reader_off_until_the_heal(proxied: tuple[KafkaCluster, Toxiproxy]) -> None:

@@ -73,6 +73,7 @@ def test_mixed_faults_lose_nothing_repeat_nothing_and_leave_nothing_stuck(
     assert result.faults, f"no fault was injected: {replay}"
     assert report.acknowledged > 0, f"no record was acknowledged: {replay}"
     assert result.job_crashes == [], f"the job died by itself: {replay}"
+    assert result.harness_problems() == [], f"the soak's own evidence is incomplete: {replay}"
     assert result.drained, f"acknowledged records still not delivered after the drain: {replay}"
     assert report.lost == 0, f"records lost: {replay}"
     assert report.stuck_partitions == [], f"stuck partitions: {replay}"
@@ -125,3 +126,4 @@ def test_replica_handovers_and_a_job_killed_while_it_reads_the_copy_deliver_ever
         f"nothing was read from the copy: {summary}"
     )
     assert result.job_crashes == [] and result.leaks is not None and result.leaks.problems == [], summary
+    assert result.harness_problems() == [], summary

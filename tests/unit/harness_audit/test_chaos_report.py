@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
+
 import pytest
 
 from benchmarks import bench_chaos
@@ -11,6 +14,7 @@ from harness.chaos import (
     Fault,
     SoakConfig,
     SoakResult,
+    _Producer,
     describe,
     healthy_gaps,
     kinds_from_env,
@@ -76,3 +80,49 @@ def test_the_fault_kinds_come_from_the_environment_or_are_all_of_them() -> None:
     assert kinds_from_env({"MCS_CHAOS_KINDS": "partition, pause"}) == ("partition", "pause")
     with pytest.raises(ValueError, match=r"unknown fault kinds \['partiton'\]"):
         kinds_from_env({"MCS_CHAOS_KINDS": "partiton"})
+
+
+class _Delivered:
+    """A delivery report's message: what ``_Producer._delivered`` reads of it."""
+
+    def __init__(self, partition: int, offset: int | None, value: bytes) -> None:
+        self._partition, self._offset, self._value = partition, offset, value
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int | None:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def test_a_record_acknowledged_without_an_offset_waits_to_be_placed_and_stops_nothing() -> None:
+    cluster = SimpleNamespace(cluster_id="east")
+    producer = _Producer(cluster, {"t": 2}, rate=1.0, stop=threading.Event())  # type: ignore[arg-type]
+    producer._delivered(None, _Delivered(1, 7, b"seven"))  # type: ignore[arg-type]
+    # librdkafka's idempotent producer: a retried batch written already is delivered, its offset unknown
+    producer._delivered(None, _Delivered(0, None, b"unknown"))  # type: ignore[arg-type]
+    assert producer.snapshot() == [Record("east", "t", 1, 7, b"seven")]
+    assert producer.unplaced == [(("east", "t", 0), b"unknown")]
+    assert producer.index.lookup(b"seven") == (("east", "t", 1), 7)
+    assert producer.index.lookup(b"unknown") is None
+
+
+def test_the_summary_counts_records_placed_by_value_and_names_what_the_soak_missed() -> None:
+    result = _result([2.0])
+    assert result.harness_problems() == []
+    assert "acknowledged without an offset" not in result.summary()
+    result.acked_without_offset = 2
+    result.acked_not_in_log = ["east/t/0: b'gone'"]
+    result.producer_failures = ["AssertionError: a delivery report without a partition for b'x'"]
+    text = result.summary()
+    assert "acknowledged without an offset 2 (placed by value)" in text
+    assert "harness: acknowledged, not in the log: east/t/0: b'gone'" in text
+    assert "harness: producer: AssertionError" in text
+    assert describe(result)["harness_problems"] == result.harness_problems()
+    assert len(result.harness_problems()) == 2
