@@ -55,14 +55,13 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     OFFSET_END,
-    Consumer,
     KafkaError,
     KafkaException,
     Message,
@@ -72,7 +71,7 @@ from confluent_kafka import (
 
 from harness.audit import AuditReport, LogReader, PartitionKey, Record, Reset, Run, audit
 from harness.audit_copies import Handover, entries_of, parse_handovers
-from harness.chaos_copies import COPIED_TOPIC, CopyLink, ValueIndex
+from harness.chaos_copies import COPIED_TOPIC, CopyLink, ValueIndex, log_consumer, log_values
 from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
 from harness.leaks import LeakReport, ProcessFacts, RunHealth, leak_report
@@ -529,7 +528,7 @@ def read_log(clusters: Mapping[str, Cluster], timeout: float = 30.0) -> LogReade
     def read(key: PartitionKey, offsets: Sequence[int]) -> set[int]:
         cluster, topic, partition = key
         wanted, found = set(offsets), set[int]()
-        consumer = _log_consumer(clusters[cluster])
+        consumer = log_consumer(clusters[cluster])
         try:
             consumer.assign([TopicPartition(topic, partition, min(wanted))])
             deadline = time.monotonic() + timeout
@@ -554,22 +553,6 @@ def read_log(clusters: Mapping[str, Cluster], timeout: float = 30.0) -> LogReade
     return read
 
 
-def _log_consumer(cluster: Cluster) -> Consumer:
-    """A plain consumer of ``cluster``'s brokers for the audit: no group commits, straight to the brokers
-    (not through a proxy), from what is left of the log when asked below its start."""
-    return Consumer(
-        cluster.client_config(
-            **{
-                "group.id": f"audit-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "log_level": 2,
-            }
-        )
-    )
-
-
 def place_by_value(
     clusters: Mapping[str, Cluster], unplaced: Sequence[tuple[PartitionKey, bytes]], timeout: float = 60.0
 ) -> tuple[list[Record], list[tuple[PartitionKey, bytes]]]:
@@ -584,22 +567,12 @@ def place_by_value(
     for key, values in sorted(wanted.items()):
         cluster, topic, partition = key
         found: dict[bytes, int] = {}
-        consumer = _log_consumer(clusters[cluster])
-        try:
-            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + timeout
-            while len(found) < len(values) and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, timeout=0.5):
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            deadline = 0.0
-                        continue
-                    value, offset = msg.value() or b"", msg.offset()
-                    if value in values and offset is not None:
-                        found[value] = offset
-        finally:
-            consumer.close()
+        with closing(log_values(clusters[cluster], topic, [partition], timeout)) as records:
+            for _partition, offset, value in records:
+                if value in values:
+                    found[value] = offset
+                    if len(found) == len(values):
+                        break
         placed += [Record(cluster, topic, partition, offset, value) for value, offset in found.items()]
         missing += [(key, value) for value in sorted(values - found.keys())]
     return placed, missing

@@ -16,11 +16,12 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from harness.audit_copies import PartitionKey
+from harness.cluster import Cluster
 from harness.kafka import KafkaCluster
 from harness.mm2 import MirrorMaker2
 from multicluster_source.metadata import ReplicaOf
@@ -98,26 +99,11 @@ class CopyLink:
         """Copied partition -> the values it holds at more than one offset (MirrorMaker copies at least
         once: after its target restarted, say, it may copy records again), read from the replica's log
         directly (not through a proxy) from the start to the end."""
-        consumer = self.replica.consumer(**{"enable.auto.commit": False, "enable.partition.eof": True})
         seen: dict[int, Counter[bytes]] = {p: Counter() for p in range(self.partitions)}
-        try:
-            consumer.assign(
-                [TopicPartition(self.copy_topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
-            )
-            ended: set[int] = set()
-            deadline = time.monotonic() + timeout
-            while len(ended) < self.partitions and time.monotonic() < deadline:
-                for msg in consumer.consume(10_000, 0.5):
-                    error = msg.error()
-                    partition = msg.partition()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF and partition is not None:
-                            ended.add(partition)
-                        continue
-                    if partition is not None:
-                        seen[partition][msg.value() or b""] += 1
-        finally:
-            consumer.close()
+        for partition, _offset, value in log_values(
+            self.replica, self.copy_topic, range(self.partitions), timeout
+        ):
+            seen[partition][value] += 1
         return {
             (self.replica.cluster_id, self.copy_topic, p): {v for v, n in values.items() if n > 1}
             for p, values in seen.items()
@@ -134,3 +120,32 @@ class CopyLink:
     def close(self) -> None:
         """Stop MirrorMaker and remove its files (kept if it died meanwhile)."""
         self._mm2.close()
+
+
+def log_consumer(cluster: Cluster) -> Consumer:
+    """A plain consumer of ``cluster``'s brokers for reading logs back: no group commits, straight to the
+    brokers (not through a proxy), end-of-partition events on, and from what is left of the log when asked
+    below its start. The caller closes it."""
+    return cluster.consumer(**{"enable.auto.commit": False, "enable.partition.eof": True, "log_level": 2})
+
+
+def log_values(
+    cluster: Cluster, topic: str, partitions: Sequence[int], timeout: float
+) -> Generator[tuple[int, int, bytes]]:
+    """``(partition, offset, value)`` of each record of ``topic``'s ``partitions`` on ``cluster``, from the
+    start of each to its end (or for ``timeout`` seconds); closing the iterator early closes its consumer."""
+    consumer = log_consumer(cluster)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        ended: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(ended) < len(partitions) and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, 0.5):
+                error, partition, offset = msg.error(), msg.partition(), msg.offset()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF and partition is not None:
+                        ended.add(partition)
+                elif partition is not None and offset is not None:
+                    yield partition, offset, msg.value() or b""
+    finally:
+        consumer.close()
