@@ -173,13 +173,16 @@ class ReaderContext(Protocol):
         ``should_stop()`` turned true or the source is closing before the batch could be handed on."""
         ...
 
-    def offer_inline(self, step: InlineStep, release: Callable[[], None]) -> Callable[[], None]:
+    def offer_inline(
+        self, step: InlineStep, release: Callable[[], None], hold: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
         """Let the thread that takes batches run ``step(emit_now)`` itself whenever it finds none handed on:
         one fetch step on that thread, without a thread hand-over. ``emit_now(batch)`` hands a batch on
         without waiting for room (False once this reader is fenced). ``step`` returns True when it ran and
         found nothing ready; ``release()`` is called then if no other step found anything either (the taker
-        is about to wait): the fetch thread is to wait for records again.
-        Returns what withdraws the offer."""
+        is about to wait): the fetch thread is to wait for records again. ``hold()`` is called when the
+        taker comes and finds batches waiting: it will step once it has taken them, so the fetch thread need
+        not fetch ahead. Returns what withdraws the offer."""
         ...
 
     def fail(self, error: BaseException) -> None:

@@ -9,9 +9,10 @@ thread), never both at once (``_step``, a lock):
   the CPU (a fetch thread plus a queue drained 0.85-0.93 of what one thread did with the same batches). So
   the fetcher lends its step to the hand-off (``ReaderContext.offer_inline``): a taker that finds it empty
   runs ``consume(n, 0)`` and the batch handling itself. While records flow and the taker keeps coming back
-  (within :data:`_INLINE_HOLD_S`), the fetch thread only applies commands and reports lag; when nothing is
-  ready, or the taker stays away, it fetches ahead and waits for records again. Batches of one fetcher are
-  handed on under ``_step``, in order; an inline step waits out the lag report (``_reporting``).
+  (within :data:`_INLINE_HOLD_S`; coming and finding batches waiting counts too), the fetch thread only
+  applies commands and reports lag; when nothing is ready, or the taker stays away, it fetches ahead and
+  waits for records again. Batches of one fetcher are handed on under ``_step``, in order; an inline step
+  waits out the lag report (``_reporting``).
 
 The hot path does no per-record Python work: each ``consume()`` result is scanned once for error events,
 the positions it reaches are read from the consumer (``position()``), stopping offsets are looked at only
@@ -190,7 +191,7 @@ class ClusterFetcher:
                 consumer = warm or self._s.consumer_factory(self._conf)
             with self._step:
                 self._consumer = consumer
-            withdraw = self._ctx.offer_inline(self._inline, self._release_inline)
+            withdraw = self._ctx.offer_inline(self._inline, self._release_inline, self._hold_inline)
             while self._loop(consumer):  # a split stalled: a new client at every split's position
                 consumer = self._remake(consumer)
         except BaseException as exc:
@@ -285,6 +286,10 @@ class ClusterFetcher:
             return False
         finally:
             step.release()
+
+    def _hold_inline(self) -> None:
+        """The taker found batches waiting (its thread): leave fetching to it, as after an inline step."""
+        self._inline_until = time.monotonic() + _INLINE_HOLD_S
 
     def _release_inline(self) -> None:
         """The taker waits (nothing was ready anywhere) or cannot step: the fetch thread fetches again."""

@@ -98,10 +98,12 @@ class FakeReaderContext:
     def emit(self, batch: Any, should_stop: Callable[[], bool]) -> bool:
         return True if self.handoff is None else bool(self.handoff.put(batch, should_stop))
 
-    def offer_inline(self, step: Any, release: Callable[[], None]) -> Callable[[], None]:
+    def offer_inline(
+        self, step: Any, release: Callable[[], None], hold: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
         if self.handoff is None:
             return lambda: None
-        withdraw: Callable[[], None] = self.handoff.lend(lambda: step(self._emit_now), release)
+        withdraw: Callable[[], None] = self.handoff.lend(lambda: step(self._emit_now), release, hold)
         return withdraw
 
     def _emit_now(self, batch: Any) -> bool:

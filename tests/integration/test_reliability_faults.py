@@ -425,7 +425,7 @@ class _Ctx:
         self.batches.append(batch)
         return True
 
-    def offer_inline(self, step: Any, release: Any) -> Callable[[], None]:
+    def offer_inline(self, step: Any, release: Any, hold: Any = None) -> Callable[[], None]:
         return lambda: None
 
     def fail(self, error: BaseException) -> None:

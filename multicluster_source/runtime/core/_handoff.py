@@ -231,6 +231,8 @@ class Handoff:
         """Fetch threads that waited ``_BARGE_S``, in the order they came; the first is woken for room."""
         self._steps: tuple[tuple[Step, Callable[[], None]], ...] = ()
         """Fetch steps lent to the consumer (run on its thread when it finds nothing to take)."""
+        self._holds: tuple[Callable[[], None], ...] = ()
+        """Called when the consumer comes for a batch and finds some waiting (see :meth:`lend`)."""
         self._first_step = 0  # where the consumer's next round of steps starts (its thread only)
         self.inline = True
         """Whether the consumer runs lent steps; an asyncio consumer does not (a step may wait on the client,
@@ -278,18 +280,24 @@ class Handoff:
         with self._lock:
             self._items.append(batch)
 
-    def lend(self, step: Step, release: Callable[[], None]) -> Callable[[], None]:
+    def lend(
+        self, step: Step, release: Callable[[], None], hold: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
         """Let the consumer run ``step()`` when it finds nothing to take (True: it ran and found nothing
         ready), and ``release()`` after such a step when no step found anything (the consumer is about to
-        wait); returns what withdraws them (which does not wait for a step under way: the step's own lock
-        does)."""
+        wait); ``hold()`` whenever it comes for a batch and finds some waiting (it is there, and will step
+        once they are taken: the fetch thread need not fetch ahead). Returns what withdraws them (which does
+        not wait for a step under way: the step's own lock does)."""
         pair = (step, release)
         with self._lock:
             self._steps = (*self._steps, pair)
+            if hold is not None:
+                self._holds = (*self._holds, hold)
 
         def withdraw() -> None:
             with self._lock:
                 self._steps = tuple(p for p in self._steps if p is not pair)
+                self._holds = tuple(h for h in self._holds if h is not hold)
 
         return withdraw
 
@@ -316,9 +324,14 @@ class Handoff:
         one fetched a batch, each round starting after the step that fetched last (so each fetcher gets its
         turn)."""
         with self._lock:
-            steps = (
-                self._steps if fetch and self.inline and not self._items and not self.closed.is_set() else ()
-            )
+            lent = fetch and self.inline and not self.closed.is_set()
+            steps = self._steps if lent and not self._items else ()
+            holds = self._holds if lent and self._items else ()
+        for hold in holds:
+            # Batches wait, put by fetch threads: the consumer is here, and steps once it has taken them.
+            # Without this, two fetch threads that keep the buffer from emptying never leave fetching to it,
+            # and every batch crosses threads (half as much CPU a row again: column path, two clusters).
+            hold()
         idle: list[Callable[[], None]] = []
         for i in range(len(steps)):  # from where the last round stopped, until one step fetched a batch
             k = (self._first_step + i) % len(steps)

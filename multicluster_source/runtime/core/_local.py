@@ -382,9 +382,11 @@ class ReaderRunner:
             return False
         return self._handoff.put(batch, lambda: should_stop() or self._stopping.is_set())
 
-    def offer_inline(self, step: InlineStep, release: Callable[[], None]) -> Callable[[], None]:
+    def offer_inline(
+        self, step: InlineStep, release: Callable[[], None], hold: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
         """Lend a fetcher's step to the thread that takes batches (see ``ReaderContext.offer_inline``)."""
-        return self._handoff.lend(lambda: step(self._emit_now), release)
+        return self._handoff.lend(lambda: step(self._emit_now), release, hold)
 
     def _emit_now(self, batch: RecordBatch) -> bool:
         if self.failed is not None or self._stopping.is_set():

@@ -571,9 +571,11 @@ class WorkerHost:
                 self._emitted += 1
         return ok
 
-    def offer_inline(self, step: InlineStep, release: Callable[[], None]) -> Callable[[], None]:
+    def offer_inline(
+        self, step: InlineStep, release: Callable[[], None], hold: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
         """Lend a fetcher's step to the handler thread (see ``ReaderContext.offer_inline``)."""
-        return self._handoff.lend(lambda: step(self._emit_now), release)
+        return self._handoff.lend(lambda: step(self._emit_now), release, hold)
 
     def _emit_now(self, batch: RecordBatch) -> bool:
         if self._failed or self._stopping.is_set():

@@ -72,12 +72,14 @@ class _Feed(FakeConsumer):
         return [TopicPartition(tp.topic, tp.partition, self.next_offset) for tp in tps]
 
 
-def _fetcher(feed: _Feed, handoff: Handoff) -> tuple[ClusterFetcher, FakeReaderContext]:
+def _fetcher(
+    feed: _Feed, handoff: Handoff, cluster: str = "east"
+) -> tuple[ClusterFetcher, FakeReaderContext]:
     context = FakeReaderContext(handoff)
     settings = FetchSettings("src", 0, 100, _Metrics(), poll_timeout_s=0.05)
-    fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None, consumer=feed)
+    fetcher = ClusterFetcher(cluster, {}, settings, context, lambda ids: None, consumer=feed)
     fetcher.start()
-    fetcher.add_splits([KafkaPartitionSplit("east", "t", 0, 0)])
+    fetcher.add_splits([KafkaPartitionSplit(cluster, "t", 0, 0)])
     return fetcher, context
 
 
@@ -116,6 +118,33 @@ def test_a_slow_taker_gets_batches_fetched_ahead_then_fetches_itself_without_los
     assert offsets == list(range(5_000))
     fetch_thread = [t for t in feed.takers if t.startswith("mcs-fetch-")]
     assert fetch_thread and len(fetch_thread) < len(feed.takers), "both threads should have fetched"
+
+
+def test_a_taker_that_keeps_coming_fetches_itself_also_when_two_fetch_threads_filled_the_buffer() -> None:
+    # Two clusters' fetch threads fill the hand-off while the taker is away; once it keeps coming, they leave
+    # fetching to it (each batch it finds waiting holds them), though together they could keep the buffer
+    # from ever emptying, so that it never stepped itself (the column path's slow drains, two clusters).
+    feeds = {c: _Feed(40_000) for c in ("east", "west")}
+    handoff = Handoff(4)
+    fetchers = [_fetcher(feed, handoff, cluster)[0] for cluster, feed in feeds.items()]
+    got: dict[str, list[int]] = {c: [] for c in feeds}
+    try:
+        time.sleep(0.3)  # the taker is away: the fetch threads fetch ahead
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < 80_000 and time.monotonic() < deadline:
+            batch = handoff.get(0.2)
+            if batch is not None:
+                got[batch.cluster_id] += [m.offset() for m in batch.messages]
+                time.sleep(
+                    0.0002
+                )  # the taker's work on a batch: the fetch threads refill the buffer meanwhile
+    finally:
+        for fetcher in fetchers:
+            fetcher.stop()
+    assert got == {c: list(range(40_000)) for c in feeds}
+    takers = [t for feed in feeds.values() for t in feed.takers]
+    mine = takers.count(threading.current_thread().name)
+    assert mine > len(takers) // 2, f"only {mine} of {len(takers)} batches were fetched inline"
 
 
 def test_a_failing_inline_fetch_fails_the_reader_not_the_taker() -> None:
@@ -167,6 +196,27 @@ def test_lent_steps_run_until_one_fetched_a_batch_and_take_turns() -> None:
     has_records.update(east=False, west=False)
     assert handoff.get(0.0) is None
     assert sorted(released) == ["east", "north", "west"]  # nothing anywhere: every step released
+
+
+def test_a_taker_finding_batches_waiting_holds_the_fetchers_that_lent_it_steps() -> None:
+    handoff = Handoff(4)
+    held: list[str] = []
+    withdraw = handoff.lend(lambda: True, lambda: None, lambda: held.append("east"))
+    handoff.lend(lambda: True, lambda: None)  # a fetcher without a hold
+    handoff.put_now(RecordBatch("east", [], {}))
+    handoff.put_now(RecordBatch("east", [], {}))
+    assert (
+        handoff.get(0.0, fetch=False) is not None and held == []
+    )  # records in hand: fetching is not its turn
+    assert handoff.get(0.0) is not None and held == ["east"]
+    assert handoff.get(0.0) is None and held == ["east"]  # nothing waited: it stepped instead
+    handoff.inline = False  # an asyncio taker never steps: its fetch threads fetch
+    handoff.put_now(RecordBatch("east", [], {}))
+    assert handoff.get(0.0) is not None and held == ["east"]
+    handoff.inline = True
+    withdraw()
+    handoff.put_now(RecordBatch("east", [], {}))
+    assert handoff.get(0.0) is not None and held == ["east"]
 
 
 def _unstarted_fetcher(feed: _Feed, handoff: Handoff) -> tuple[ClusterFetcher, FakeReaderContext]:
