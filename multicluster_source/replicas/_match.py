@@ -5,14 +5,15 @@ From the conservative start, the replica records up to the copy of the origin re
 copies of origin records after the sync used (at most ``o - sync upstream`` of them), so the scan is
 bounded by that count, by the next sync's downstream offset and by :data:`SCAN_LIMIT`. The first record in
 the window equal to the origin record is taken (an earlier identical one is impossible to tell apart: taking
-the first never skips); the answer is exact when it is the only one.
+the first never skips); the answer is exact when it is the only one. A window longer than the limit is
+first moved up to the replica's first record at the origin record's time or later, where the copy is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multicluster_source.replicas._lookup import ClusterLookup, RecordCopy
+from multicluster_source.replicas._lookup import ClusterLookup, RecordCopy, ReplicaLookupError
 
 __all__ = ["SCAN_LIMIT", "Match", "find_copy", "last_record_before", "narrow_by_time"]
 
@@ -58,6 +59,7 @@ def find_copy(
     partition's end), at most ``count`` records (None: :data:`SCAN_LIMIT`)."""
     _low, high = lookup.watermarks(topic, partition)
     stop = high if end is None else min(end, high)
+    start, count = _skip_earlier_times(lookup, topic, partition, record.timestamp_ms, start, stop, count)
     limit = min(SCAN_LIMIT, count if count is not None else SCAN_LIMIT)
     if stop <= start or limit <= 0:
         return None
@@ -99,6 +101,7 @@ def narrow_by_time(
         return None
     _low, high = lookup.watermarks(topic, partition)
     stop = high if end is None else min(end, high)
+    start, count = _skip_earlier_times(lookup, topic, partition, timestamp_ms, start, stop, count)
     limit = min(SCAN_LIMIT, count if count is not None else SCAN_LIMIT)
     if stop <= start or limit <= 0:
         return None
@@ -123,3 +126,33 @@ def narrow_by_time(
         f"narrowed by the last returned record's time ({timestamp_ms} ms): from replica offset "
         f"{scanned[first].offset}, up to {repeats} may repeat",
     )
+
+
+def _skip_earlier_times(
+    lookup: ClusterLookup,
+    topic: str,
+    partition: int,
+    timestamp_ms: int,
+    start: int,
+    stop: int,
+    count: int | None,
+) -> tuple[int, int | None]:
+    """``(start, count)`` of a window longer than :data:`SCAN_LIMIT`, moved up to the replica's first
+    offset with a time at or after ``timestamp_ms`` (``offsets_for_times``): the copy has that time, so it
+    lies at or after that offset whatever the order of times, and so does every record equal to it. Without
+    this, a window starting at a sync far below the copy (MirrorMaker 2 keeps a sync per ``offset.lag.max``
+    records at most, and fewer under load) was read from its start only and the copy never reached.
+    Unchanged when the window is short, the time unknown, or the look-up fails (the scan then reads what
+    it can from ``start``, as before); ``stop`` as start when no record has such a time (no copy)."""
+    window_end = stop if count is None else min(stop, start + count)
+    if window_end - start <= SCAN_LIMIT or timestamp_ms < 0:
+        return start, count
+    try:
+        first = lookup.offset_for_time(topic, partition, timestamp_ms)
+    except ReplicaLookupError:
+        return start, count
+    if first is None:
+        return stop, count
+    if first <= start:
+        return start, count
+    return first, None if count is None else count - (first - start)

@@ -4,9 +4,9 @@ rule over it (:meth:`SyncStore.lookup`).
 MM2's syncs topic is compacted: only the newest sync of a partition survives the cleaner, so a translator
 follows the syncs as they flow and keeps its own history, as MM2's ``OffsetSyncStore`` does. This one keeps,
 per partition, the newest :data:`RECENT` syncs all, and older ones thinned out the further they lie in the
-past (each time the history is full, every other one of the older syncs goes), at most :data:`MAX_SYNCS`
+past (each time the history is full, a few syncs stay per power of two of age), at most :data:`MAX_SYNCS`
 in all: positions near the live end translate as closely as the syncs allow, older ones still translate,
-less closely.
+within a fraction of how far behind they are.
 
 The rule (MM2's ``translateDownstream``): take the latest sync whose upstream offset is at or below the
 position; equal -> its downstream offset (the copy of the record at the position: exact); else downstream
@@ -103,9 +103,33 @@ class _Partition:
             self._thin()
 
     def _thin(self) -> None:
-        """Drop every other sync of the older part (the oldest one stays, the newest RECENT all stay)."""
+        """Thin the older part out by age (the newest RECENT all stay, and the oldest one).
+
+        An older sync's age is how far its upstream offset lies below the newest's; ages of one power of
+        two form a group, and each group keeps a few syncs spread over it (the same number each, what fits
+        half the room left). So a position's nearest sync below it lies within about a fraction of its age
+        whatever the history's length: positions a few hundred records behind MM2 keep a close sync, ones
+        far behind a proportionally farther one. Dropping every other older sync at each thinning, as this
+        did before, left nothing between the oldest sync and the last few hundred records of a busy
+        partition: a consumer a thousand records behind got the oldest sync, and a start far back.
+        """
         older = len(self.upstream) - RECENT
-        kept = [i for i in range(older) if i % 2 == 0] + list(range(older, len(self.upstream)))
+        newest = self.upstream[-1]
+        groups: dict[int, list[int]] = {}
+        for i in range(older):
+            groups.setdefault((newest - self.upstream[i]).bit_length(), []).append(i)
+        each = max(1, (MAX_SYNCS - RECENT) // 2 // len(groups))
+        kept = [0]
+        for age in sorted(groups, reverse=True):  # the oldest group first: offsets stay ascending
+            members = groups[age]
+            if len(members) <= each:
+                picked = members
+            elif each == 1:
+                picked = [members[-1]]  # the group's newest: the closest sync below the younger positions
+            else:
+                picked = [members[round(j * (len(members) - 1) / (each - 1))] for j in range(each)]
+            kept.extend(i for i in picked if i != kept[-1])
+        kept.extend(range(older, len(self.upstream)))
         self.upstream = array("q", (self.upstream[i] for i in kept))
         self.downstream = array("q", (self.downstream[i] for i in kept))
 

@@ -115,6 +115,63 @@ def test_planned_switchover_while_producers_write_loses_nothing(mm2_pair: MM2Pai
         assert sorted(set(values)) == list(range(writer.next))
 
 
+def test_a_reader_far_behind_mirrormaker_2_is_handed_over_exactly(mm2_pair: MM2Pair, tmp_path: Path) -> None:
+    """Producers keep writing and MM2 keeps copying, a sync every few records, while the reader stops at
+    21,000 records a partition until MM2 is 10,000 past it; then the switchover. The sync history still
+    holds one close below the position, and the copy of the last record read is found: exact, no repeat.
+    (The history used to keep nothing between the first sync and the last few hundred: the window from the
+    first sync was longer than the 20,000 records a scan reads, so the copy was not found and the split
+    started at replica offset 1, repeating the 21,000.)"""
+    east, west, mm2 = mm2_pair.east, mm2_pair.west, mm2_pair.mm2
+    topic = east.create_topic("orders", partitions=PARTITIONS)
+    writer = Writer(east, topic, partitions=PARTITIONS, keyed=True).start()
+    path = write_metadata_file(tmp_path / "streams.yaml", handover_streams(mm2_pair, topic, origin=True))
+    got: list[SourceRecord] = []
+    try:
+        with _source(path, **{"reader.batch.max.records": "500"}).open(parallelism=2) as stream:
+            _read_until(stream, got, lambda: _each_partition(got) >= 21_000, 120)
+            assert {r.cluster_id for r in got} == {"east"}
+            behind = max(Counter(r.partition for r in got).values()) + 10_000
+            assert _wait(lambda: _copied_each(west, mm2.replica_topic(topic)) >= behind, 120)
+            write_metadata_file(path, handover_streams(mm2_pair, topic, origin=False))
+            # no poll until the handovers are made: the positions stay where the reader stopped
+            assert _wait(lambda: len(stream.status()["handovers"]) == PARTITIONS, 60)
+            writer.stop()
+            mm2.wait_caught_up(topic)
+            wanted = {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)}
+            _read_until(stream, got, lambda: wanted <= {r.value for r in got}, 120)
+            got.extend(stream.poll(timeout=1.0))
+            status = stream.status()
+    finally:
+        writer.stop()
+    counts = Counter(r.value for r in got)
+    assert not wanted - set(counts), "nothing lost"
+    handovers = status["handovers"]
+    assert all(h["mode"] == "exact" for h in handovers), handovers
+    assert [h["from_offset"] for h in handovers] == [h["to_offset"] for h in handovers]  # offsets match 1:1
+    assert not [v for v, n in counts.items() if n > 1], "records read twice across the handover"
+
+
+def _each_partition(got: list[SourceRecord]) -> int:
+    per = Counter(r.partition for r in got)
+    return min(per.get(p, 0) for p in range(PARTITIONS))
+
+
+def _copied_each(cluster: Cluster, topic: str) -> int:
+    try:
+        ends = end_offsets(cluster, topic)
+    except (KeyError, KafkaException):
+        return 0
+    return min(ends.get(p, 0) for p in range(PARTITIONS))
+
+
+def _wait(done: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(done())
+
+
 def test_failover_after_kill_9_of_the_origin_delivers_every_copied_record(
     mm2_dr_pair: MM2Pair, tmp_path: Path
 ) -> None:

@@ -4,7 +4,7 @@ in-memory replica partition (no broker): the start never passes the copy, and is
 from __future__ import annotations
 
 from multicluster_source.replicas._lookup import RecordCopy
-from multicluster_source.replicas._match import find_copy, last_record_before, narrow_by_time
+from multicluster_source.replicas._match import SCAN_LIMIT, find_copy, last_record_before, narrow_by_time
 
 
 class _Partition:
@@ -12,12 +12,17 @@ class _Partition:
 
     def __init__(self, records: list[RecordCopy]) -> None:
         self.records = records
+        self.reads: list[tuple[int, int, int]] = []
 
     def watermarks(self, topic, partition, **_):
         return (self.records[0].offset, self.records[-1].offset + 1) if self.records else (0, 0)
 
     def read(self, topic, partition, start, end, *, limit, timeout_s=None):
+        self.reads.append((start, end, limit))
         return [r for r in self.records if start <= r.offset < end][:limit]
+
+    def offset_for_time(self, topic, partition, timestamp_ms):
+        return next((r.offset for r in self.records if r.timestamp_ms >= timestamp_ms), None)
 
 
 def _rec(offset: int, value: str, ts: int) -> RecordCopy:
@@ -61,3 +66,26 @@ def test_a_time_only_one_record_has_in_a_complete_window_is_exact() -> None:
     match = narrow_by_time(distinct, "t", 0, 2017, start=10, end=30, count=None, timeout_s=1)  # type: ignore[arg-type]
     assert match is not None and (match.to_offset, match.max_repeats) == (18, 0)
     assert narrow_by_time(distinct, "t", 0, 5000, start=10, end=30, count=None, timeout_s=1) is None  # type: ignore[arg-type]
+
+
+# a one-to-one copy longer than the scan limit, three records a millisecond, as a busy writer leaves it
+LONG = _Partition([_rec(i, f"v{i}", 5000 + i // 3) for i in range(SCAN_LIMIT * 3)])
+
+
+def test_a_copy_further_above_the_sync_than_the_scan_limit_is_found_by_its_time() -> None:
+    # position 45,002 and the only sync below it the first (0 -> 0): the window is 1..45,001, past the limit
+    last = LONG.records[45_001]
+    match = find_copy(LONG, "t", 0, last, start=1, end=None, count=45_001, timeout_s=1)  # type: ignore[arg-type]
+    assert match is not None and (match.to_offset, match.max_repeats) == (45_002, 0)
+    assert LONG.reads[-1][0] == 45_000  # read from the first record of that millisecond, not from 1
+
+
+def test_a_time_narrows_a_window_longer_than_the_scan_limit_without_passing_the_copy() -> None:
+    # the same position without the origin: replica 45,000 and 45,001 have the last returned record's time
+    match = narrow_by_time(LONG, "t", 0, 5000 + 15_000, start=1, end=None, count=45_001, timeout_s=1)  # type: ignore[arg-type]
+    assert match is not None and (match.to_offset, match.max_repeats) == (45_000, 2)
+
+
+def test_no_replica_record_at_that_time_or_later_means_no_copy_yet() -> None:
+    missing = _rec(70_000, "v70000", 999_999)
+    assert find_copy(LONG, "t", 0, missing, start=1, end=None, count=70_000, timeout_s=1) is None  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,3 +90,19 @@ def test_the_answer_never_skips_a_record(steps, position) -> None:
     right = position + 3
     assert found.to_offset <= right
     assert found.max_repeats is not None and right - found.to_offset <= found.max_repeats
+
+
+@pytest.mark.parametrize("every", [1, 3, 50])
+def test_a_position_far_behind_the_newest_sync_keeps_a_sync_within_a_fraction_of_its_lag(every) -> None:
+    """A busy partition (a sync per record or few, as MM2 with ``offset.lag.max=0`` writes them) and a reader
+    from a hundred to a hundred thousand records behind it: the sync below each position is close to it, so
+    a handover repeats little, and a scan for the copy of the last record stays short."""
+    store = SyncStore()
+    newest = 0
+    for newest in range(0, 400_000, every):
+        store.add(OffsetSync("orders", 0, newest, newest + 7))
+    assert len(store.syncs("orders", 0)) <= MAX_SYNCS
+    for lag in (300, 1_000, 3_000, 10_000, 30_000, 100_000, 300_000):
+        found = store.lookup("orders", 0, newest - lag)
+        assert found.before is not None and found.max_repeats is not None
+        assert found.max_repeats <= max(every, lag // 2), f"{lag} behind: {found.before}"
