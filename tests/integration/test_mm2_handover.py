@@ -91,12 +91,7 @@ def test_planned_switchover_while_producers_write_loses_nothing(mm2_pair: MM2Pai
             assert {r.cluster_id for r in got} == {"east"}, "the copy is not read while the origin is"
             write_metadata_file(path, handover_streams(mm2_pair, topic, origin=False))  # the switchover
             _read_until(stream, got, lambda: any(r.cluster_id == "west" for r in got), 60)
-            writer.stop()
-            mm2.wait_caught_up(topic)
-            wanted = {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)}
-            _read_until(stream, got, lambda: wanted <= {r.value for r in got}, 90)
-            got.extend(stream.poll(timeout=1.0))
-            status = stream.status()
+            wanted, status = _read_the_rest(stream, got, writer, mm2, topic, 90)
     finally:
         writer.stop()
     counts = Counter(r.value for r in got)
@@ -136,12 +131,7 @@ def test_a_reader_far_behind_mirrormaker_2_is_handed_over_exactly(mm2_pair: MM2P
             write_metadata_file(path, handover_streams(mm2_pair, topic, origin=False))
             # no poll until the handovers are made: the positions stay where the reader stopped
             assert _wait(lambda: len(stream.status()["handovers"]) == PARTITIONS, 60)
-            writer.stop()
-            mm2.wait_caught_up(topic)
-            wanted = {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)}
-            _read_until(stream, got, lambda: wanted <= {r.value for r in got}, 120)
-            got.extend(stream.poll(timeout=1.0))
-            status = stream.status()
+            wanted, status = _read_the_rest(stream, got, writer, mm2, topic, 120)
     finally:
         writer.stop()
     counts = Counter(r.value for r in got)
@@ -150,6 +140,18 @@ def test_a_reader_far_behind_mirrormaker_2_is_handed_over_exactly(mm2_pair: MM2P
     assert all(h["mode"] == "exact" for h in handovers), handovers
     assert [h["from_offset"] for h in handovers] == [h["to_offset"] for h in handovers]  # offsets match 1:1
     assert not [v for v, n in counts.items() if n > 1], "records read twice across the handover"
+
+
+def _read_the_rest(
+    stream: Any, got: list[SourceRecord], writer: Writer, mm2: MirrorMaker2, topic: str, timeout: float
+) -> tuple[set[bytes], dict[str, Any]]:
+    """Stop the writer, wait until MM2 has copied all, read every record written: (those, ``status()``)."""
+    writer.stop()
+    mm2.wait_caught_up(topic)
+    wanted = {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)}
+    _read_until(stream, got, lambda: wanted <= {r.value for r in got}, timeout)
+    got.extend(stream.poll(timeout=1.0))
+    return wanted, stream.status()
 
 
 def _each_partition(got: list[SourceRecord]) -> int:
@@ -230,12 +232,7 @@ def test_failback_hands_over_to_the_copy_made_in_the_other_direction(
                 _read_until(stream, got, lambda: _copied(east, copy) >= 400, 60)  # MM2 at work
                 write_metadata_file(path, [KafkaStream("orders", {"east": replica})])
                 _read_until(stream, got, lambda: any(r.cluster_id == "east" for r in got), 60)
-                writer.stop()
-                back.wait_caught_up(topic)
-                wanted = {f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(writer.next)}
-                _read_until(stream, got, lambda: wanted <= {r.value for r in got}, 90)
-                got.extend(stream.poll(timeout=1.0))
-                status = stream.status()
+                wanted, status = _read_the_rest(stream, got, writer, back, topic, 90)
         finally:
             writer.stop()
     finally:
