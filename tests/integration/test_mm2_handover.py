@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException
 from harness.cluster import Cluster
 from harness.mm2 import MirrorMaker2, MM2Pair, end_offsets
 from harness.mm2_streams import Writer, handover_streams, values_on
+from harness.scenario import wait_for
 from multicluster_source import (
     ClusterMetadata,
     FileMetadataService,
@@ -65,11 +66,15 @@ def _from_every_partition(got: list[SourceRecord], at_least: int) -> bool:
     return len(got) >= at_least and {r.partition for r in got} == set(range(PARTITIONS))
 
 
-def _copied(cluster: Cluster, topic: str) -> int:
+def _ends(cluster: Cluster, topic: str) -> dict[int, int]:
     try:
-        return sum(end_offsets(cluster, topic).values())
+        return end_offsets(cluster, topic)
     except (KeyError, KafkaException):  # not there yet, or its leader not yet known
-        return 0
+        return {}
+
+
+def _copied(cluster: Cluster, topic: str) -> int:
+    return sum(_ends(cluster, topic).values())
 
 
 def _bound(status: dict[str, Any]) -> int | None:
@@ -127,10 +132,10 @@ def test_a_reader_far_behind_mirrormaker_2_is_handed_over_exactly(mm2_pair: MM2P
             _read_until(stream, got, lambda: _each_partition(got) >= 21_000, 120)
             assert {r.cluster_id for r in got} == {"east"}
             behind = max(Counter(r.partition for r in got).values()) + 10_000
-            assert _wait(lambda: _copied_each(west, mm2.replica_topic(topic)) >= behind, 120)
+            assert wait_for(lambda: _copied_each(west, mm2.replica_topic(topic)) >= behind, 120)
             write_metadata_file(path, handover_streams(mm2_pair, topic, origin=False))
             # no poll until the handovers are made: the positions stay where the reader stopped
-            assert _wait(lambda: len(stream.status()["handovers"]) == PARTITIONS, 60)
+            assert wait_for(lambda: len(stream.status()["handovers"]) == PARTITIONS, 60)
             wanted, status = _read_the_rest(stream, got, writer, mm2, topic, 120)
     finally:
         writer.stop()
@@ -160,18 +165,8 @@ def _each_partition(got: list[SourceRecord]) -> int:
 
 
 def _copied_each(cluster: Cluster, topic: str) -> int:
-    try:
-        ends = end_offsets(cluster, topic)
-    except (KeyError, KafkaException):
-        return 0
+    ends = _ends(cluster, topic)
     return min(ends.get(p, 0) for p in range(PARTITIONS))
-
-
-def _wait(done: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return bool(done())
 
 
 def test_failover_after_kill_9_of_the_origin_delivers_every_copied_record(
