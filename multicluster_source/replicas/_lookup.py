@@ -57,6 +57,7 @@ class _Batch:
     deferring: bool = True
     marks: dict[tuple[str, int], tuple[int, int] | ReplicaLookupError] = field(default_factory=dict)
     reads: dict[_Read, list[RecordCopy] | ReplicaLookupError] = field(default_factory=dict)
+    times: dict[tuple[str, int, int], int | ReplicaLookupError | None] = field(default_factory=dict)
     want_marks: set[tuple[str, int]] = field(default_factory=set)
     want_reads: dict[_Read, float] = field(default_factory=dict)  # with its time-out
 
@@ -187,7 +188,26 @@ class ClusterLookup:
         return int(low), int(high)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
-        """The first offset whose timestamp is at or after ``timestamp_ms``; None when there is none."""
+        """The first offset whose timestamp is at or after ``timestamp_ms``; None when there is none. Asked
+        at once (never deferred); inside :meth:`batch` the answer is kept, so a replay does not ask again."""
+        batch = self._batch
+        key = (topic, partition, timestamp_ms)
+        if batch is not None and key in batch.times:
+            known = batch.times[key]
+            if isinstance(known, ReplicaLookupError):
+                raise known
+            return known
+        try:
+            answer: int | ReplicaLookupError | None = self._offset_for_time(topic, partition, timestamp_ms)
+        except ReplicaLookupError as exc:
+            answer = exc
+        if batch is not None:
+            batch.times[key] = answer
+        if isinstance(answer, ReplicaLookupError):
+            raise answer
+        return answer
+
+    def _offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         try:
             found = self._client().offsets_for_times(
                 [TopicPartition(topic, partition, timestamp_ms)], timeout=self.timeout_s

@@ -138,3 +138,46 @@ def test_a_translation_that_asks_anew_at_every_round_ends_looking_up_alone(
     (out,) = translator.translate(_asks(1), origin_reachable=True, wait_s=0)
     assert len(cluster.read_requests) == _base._ROUNDS + 1  # every round's, then the last one made at once
     assert out.mode == "exact" and out.to_offset == translator.calls + 2
+
+
+class _AfterTime(_LastRecord):
+    """As ``_LastRecord``, with the first offset at a time asked between the log start and the read (as a
+    long ``mirrormaker2`` scan window does): that look-up is made at once, never deferred."""
+
+    def translate_one(
+        self, position: OriginPosition, to_split: str, *, origin_reachable: bool, deadline: float
+    ) -> Translation:
+        partition = int(to_split.rsplit("/", 1)[1])
+        low, _high = self.replica_lookup.watermarks("t", partition)
+        first = self.replica_lookup.offset_for_time("t", partition, 1_000 + partition) or low
+        records = self.replica_lookup.read("t", partition, first, position.offset, limit=5)
+        to = records[-1].offset + 1 if records else first
+        return Translation(position.split, to_split, position.offset, to, "exact", 0, f"from {first}")
+
+
+def test_a_time_asked_between_deferred_look_ups_is_asked_once_a_split_not_at_every_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = _Cluster(broken=frozenset({3}))
+    translator = _AfterTime(ReplicaOf("east", "mirrormaker2"), EAST, WEST)
+    monkeypatch.setattr(ClusterLookup, "_watermarks_of", cluster.marks)
+    monkeypatch.setattr(ClusterLookup, "_read_many", cluster.reads)
+    asked: list[tuple[int, int]] = []
+
+    def offset_for_time(_self: Any, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        asked.append((partition, timestamp_ms))
+        if partition == 5:
+            raise ReplicaLookupError("cluster west t/5: offsets for times: not leader")
+        return 10 + partition if partition % 2 else None
+
+    monkeypatch.setattr(ClusterLookup, "_offset_for_time", offset_for_time)
+    out = translator.translate(
+        [(OriginPosition(f"east/t/{p}", 20 + p, None), f"west/t/{p}") for p in range(8)],
+        origin_reachable=True,
+        wait_s=0,
+    )
+    assert sorted(asked) == [(p, 1_000 + p) for p in range(8) if p != 3]  # 3's log start failed first
+    assert [t.mode for t in out] == ["exact", "exact", "exact", "start", "exact", "start", "exact", "exact"]
+    assert "offsets for times: not leader" in out[5].detail
+    # five records read from the offset at that time (odd partitions) or the log start (even ones)
+    assert [t.to_offset for i, t in enumerate(out) if i in (0, 1, 2, 7)] == [5, 16, 7, 22]
