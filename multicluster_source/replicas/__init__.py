@@ -14,7 +14,8 @@ what a translation decided, from ``_model``. The modules:
   offset syncs and reading its checkpoints; ``_store``: the offset-sync history per origin partition and
   MM2's rule over it.
 - ``_lookup``: look-ups on one cluster (log start and end, offsets by time, records of a range), one
-  assign-only consumer each; ``_match``: recognising the copy of the last record received, to make a
+  assign-only consumer each; ``_errors``: their error, and which of the client's errors may pass when
+  asked again; ``_match``: recognising the copy of the last record received, to make a
   conservative start exact.
 """
 

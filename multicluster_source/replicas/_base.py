@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
-from multicluster_source.replicas._lookup import ClusterLookup, LookupDeferred
+from multicluster_source.replicas._lookup import ClusterLookup, LookupDeferred, ReplicaLookupError
 from multicluster_source.replicas._model import OriginPosition, Translation
 
 __all__ = ["START_OFFSET", "BaseTranslator", "start_translation", "wait_for_end"]
@@ -20,6 +20,8 @@ START_OFFSET = -1
 """``to_offset`` of a ``start`` translation: no translated position, use the source's starting offsets."""
 
 _log = logging.getLogger("multicluster_source.replicas")
+_RETRY_PAUSE_S = 0.1
+"""The first pause before a failed split's look-ups are asked again (doubling up to 1 s)."""
 _ROUNDS = 8
 """Rounds of batched look-ups in one :meth:`BaseTranslator.translate` (a translation needs up to four, more
 when the offset syncs move meanwhile); then the rest looks up one split at a time."""
@@ -61,10 +63,13 @@ class BaseTranslator:
         With :meth:`batched_lookups`, every split is translated in rounds: a round runs each split's
         translation until it needs a look-up not fetched yet (:class:`LookupDeferred`), then fetches what
         all of them need together, and the next round replays those splits. After :data:`_ROUNDS` rounds,
-        what is left looks up one split at a time, as a translator without batches does."""
+        what is left looks up one split at a time, as a translator without batches does. A split whose
+        look-up failed with a passing error is translated again alone until ``wait_s`` runs out
+        (:meth:`_retry`); one that still fails gets mode ``start`` with the error as its reason."""
         deadline = time.monotonic() + max(0.0, wait_s)
         lookups = self.batched_lookups()
         out: list[Translation | None] = [None] * len(handovers)
+        failed: dict[int, ReplicaLookupError] = {}
         with contextlib.ExitStack() as stack:
             for lookup in lookups:
                 stack.enter_context(lookup.batch())
@@ -81,6 +86,8 @@ class BaseTranslator:
                         )
                     except LookupDeferred:
                         deferred.append(i)
+                    except ReplicaLookupError as exc:
+                        failed[i] = exc
                     except Exception as exc:  # one split's failure must not stop the others' handover
                         out[i] = start_translation(position, to_split, f"could not translate: {exc}")
                 if not deferred:
@@ -88,6 +95,11 @@ class BaseTranslator:
                 for lookup in lookups:
                     lookup.fetch_deferred()
                 pending = deferred
+        for i, error in failed.items():  # outside the batch, whose answers keep the error
+            position, to_split = handovers[i]
+            out[i] = self._retry(
+                position, to_split, error, origin_reachable=origin_reachable, deadline=deadline
+            )
         done = [t for t in out if t is not None]
         assert len(done) == len(handovers)  # the last round defers nothing
         for translation in done:
@@ -103,6 +115,37 @@ class BaseTranslator:
                 translation.detail,
             )
         return done
+
+    def _retry(
+        self,
+        position: OriginPosition,
+        to_split: str,
+        error: ReplicaLookupError,
+        *,
+        origin_reachable: bool,
+        deadline: float,
+    ) -> Translation:
+        """A split whose look-up failed: translated again alone while the error is a passing one and the
+        deadline is ahead (a leader moving after a broker's restart answers for a moment with an error),
+        the last time at the deadline, when a translator may settle for less than it looked for (as
+        ``mirrormaker2`` keeps its conservative start when the copy's search fails); then a ``start`` with
+        the last error."""
+        pause = _RETRY_PAUSE_S
+        while error.retriable and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(pause, left))  # the last try comes at the deadline (a translator may then settle)
+            pause = min(2 * pause, 1.0)
+            try:
+                return self.translate_one(
+                    position, to_split, origin_reachable=origin_reachable, deadline=deadline
+                )
+            except ReplicaLookupError as exc:
+                error = exc
+            except Exception as exc:  # as in translate: this split's start, with the reason
+                return start_translation(position, to_split, f"could not translate: {exc}")
+        return start_translation(position, to_split, f"could not translate: {error}")
 
     def batched_lookups(self) -> Sequence[ClusterLookup]:
         """The look-ups whose requests :meth:`translate` gathers into batches (none: one split at a time;

@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from multicluster_source.framework._clientconf import cluster_client_config
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
+from multicluster_source.replicas._errors import ReplicaLookupError, passing, passing_error, text_of
 
 __all__ = ["BATCH_PARTITIONS", "ClusterLookup", "LookupDeferred", "RecordCopy", "ReplicaLookupError"]
 
@@ -37,10 +38,6 @@ BATCH_PARTITIONS = 1000
 """At most this many partitions in one batched request (a batched read assigns at most this many)."""
 _BATCH_RECORDS = 200_000
 """A batched read holds the records of at most this many partitions' limits together."""
-
-
-class ReplicaLookupError(Exception):
-    """A look-up on a cluster failed (unreachable, timed out, topic gone); the message says which."""
 
 
 class LookupDeferred(Exception):
@@ -184,7 +181,9 @@ class ClusterLookup:
                 TopicPartition(topic, partition), timeout=timeout_s or self.timeout_s, cached=False
             )
         except KafkaException as exc:
-            raise ReplicaLookupError(self._what(topic, partition, f"watermarks: {_text(exc)}")) from None
+            raise ReplicaLookupError(
+                self._what(topic, partition, f"watermarks: {text_of(exc)}"), retriable=passing(exc)
+            ) from None
         return int(low), int(high)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -214,11 +213,14 @@ class ClusterLookup:
             )
         except KafkaException as exc:
             raise ReplicaLookupError(
-                self._what(topic, partition, f"offsets for times: {_text(exc)}")
+                self._what(topic, partition, f"offsets for times: {text_of(exc)}"), retriable=passing(exc)
             ) from None
         tp = found[0]
         if tp.error is not None:
-            raise ReplicaLookupError(self._what(topic, partition, f"offsets for times: {tp.error}"))
+            raise ReplicaLookupError(
+                self._what(topic, partition, f"offsets for times: {tp.error.str()}"),
+                retriable=passing_error(tp.error),
+            )
         return None if tp.offset < 0 else int(tp.offset)
 
     def read(
@@ -260,14 +262,19 @@ class ClusterLookup:
             ]
         except KafkaException as exc:
             for t, p in partitions:
-                out[(t, p)] = ReplicaLookupError(self._what(t, p, f"watermarks: {_text(exc)}"))
+                out[(t, p)] = ReplicaLookupError(
+                    self._what(t, p, f"watermarks: {text_of(exc)}"), retriable=passing(exc)
+                )
             return out
         for low, high in zip(*ends, strict=True):
             key = (low.topic, low.partition)
             error = low.error or high.error
             if error is not None or low.offset < 0 or high.offset < 0:
                 why = error.str() if error is not None else "no offsets in the answer"
-                out[key] = ReplicaLookupError(self._what(key[0], key[1], f"watermarks: {why}"))
+                out[key] = ReplicaLookupError(
+                    self._what(key[0], key[1], f"watermarks: {why}"),
+                    retriable=error is not None and passing_error(error),
+                )
             else:
                 out[key] = (int(low.offset), int(high.offset))
         return out
@@ -302,7 +309,9 @@ class ClusterLookup:
                     consumer.pause([TopicPartition(t, p) for t, p in ended])
         except KafkaException as exc:
             for key in open_.values():
-                got[key] = ReplicaLookupError(self._what(key[0], key[1], f"read: {_text(exc)}"))
+                got[key] = ReplicaLookupError(
+                    self._what(key[0], key[1], f"read: {text_of(exc)}"), retriable=passing(exc)
+                )
         finally:
             with contextlib.suppress(KafkaException):  # a partition stays paused past its unassign
                 consumer.resume([TopicPartition(t, p) for t, p, *_rest in reads])
@@ -335,7 +344,7 @@ def _take(msg: Any, key: _Read, records: list[RecordCopy]) -> bool:
     if error is not None:
         if error.code() == KafkaError._PARTITION_EOF:
             return True
-        if error.fatal() or error.code() in _HARD_ERRORS:
+        if not passing_error(error):
             raise ReplicaLookupError(error.str())
         return False
     offset = msg.offset() or 0
@@ -367,23 +376,6 @@ def _read_groups(reads: list[_Read]) -> Iterator[list[_Read]]:
                 records += size
         yield group
         left = later
-
-
-_HARD_ERRORS = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.OFFSET_OUT_OF_RANGE,
-        KafkaError._AUTO_OFFSET_RESET,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    }
-)
-
-
-def _text(exc: KafkaException) -> str:
-    first = exc.args[0] if exc.args else None
-    return first.str() if isinstance(first, KafkaError) else str(exc)
 
 
 def _headers(raw: object) -> tuple[tuple[str, bytes | None], ...]:

@@ -18,6 +18,9 @@ For one origin split at position ``P`` (the next offset the caller has not recei
    ``P`` (conservative, bound unknown); else the replica's log start (conservative: everything before the
    first sync may repeat), refined as in 3 or 4.
 
+A look-up failing in 3 or 4 leaves the conservative answer standing (with the failure in its detail); a
+passing failure is first asked again while the wait lasts (``BaseTranslator.translate``).
+
 The answer is never past the copy of a record the caller has not received, so nothing MM2 copied is
 skipped; what MM2 had not copied when the origin went away is MM2's loss, not the translation's.
 """
@@ -134,37 +137,53 @@ class MirrorMaker2Translator(BaseTranslator):
         if last is not None:
             if found.before is not None:
                 count = last.offset - found.before.upstream
-            match = find_copy(
-                self.replica_lookup,
-                rtopic,
-                rpart,
-                last,
-                start=start,
-                end=found.after.downstream if found.after is not None else None,
-                count=count,
-                timeout_s=_SCAN_TIMEOUT_S,
-            )
+            try:
+                match = find_copy(
+                    self.replica_lookup,
+                    rtopic,
+                    rpart,
+                    last,
+                    start=start,
+                    end=found.after.downstream if found.after is not None else None,
+                    count=count,
+                    timeout_s=_SCAN_TIMEOUT_S,
+                )
+            except ReplicaLookupError as exc:  # the conservative start stands without the search
+                if exc.retriable and time.monotonic() < deadline:
+                    raise  # asked again while the wait lasts (BaseTranslator.translate)
+                match, why = None, f"{why}; the copy's search failed ({exc})"
+            else:
+                if match is None:
+                    notes.append(
+                        f"the copy of origin offset {last.offset} was not found from replica offset {start}"
+                    )
             if match is not None:
                 return self._answer(position, to_split, match.to_offset, match.max_repeats, match.detail)
-            notes.append(f"the copy of origin offset {last.offset} was not found from replica offset {start}")
         elif position.last_timestamp_ms is not None and narrowable:
             if found.before is not None:
                 count = at - 1 - found.before.upstream
-            match = narrow_by_time(
-                self.replica_lookup,
-                rtopic,
-                rpart,
-                position.last_timestamp_ms,
-                start=start,
-                end=found.after.downstream if found.after is not None else None,
-                count=count,
-                timeout_s=_SCAN_TIMEOUT_S,
-            )
+            try:
+                match = narrow_by_time(
+                    self.replica_lookup,
+                    rtopic,
+                    rpart,
+                    position.last_timestamp_ms,
+                    start=start,
+                    end=found.after.downstream if found.after is not None else None,
+                    count=count,
+                    timeout_s=_SCAN_TIMEOUT_S,
+                )
+            except ReplicaLookupError as exc:  # the conservative start stands without the narrowing
+                if exc.retriable and time.monotonic() < deadline:
+                    raise  # asked again while the wait lasts (BaseTranslator.translate)
+                match, why = None, f"{why}; the narrowing by time failed ({exc})"
+            else:
+                if match is None:
+                    notes.append(f"no replica record at the last returned record's time from offset {start}")
             if match is not None:
                 return self._answer(
                     position, to_split, match.to_offset, match.max_repeats, f"{why}; {match.detail}"
                 )
-            notes.append(f"no replica record at the last returned record's time from offset {start}")
         elif not origin_reachable:
             notes.append("origin unreachable: no record to match")
         return self._answer(position, to_split, start, bound, "; ".join([why, *notes]))
