@@ -30,11 +30,16 @@ postpones a partition's next fetch by ``fetch.queue.backoff.ms`` (default 1000 m
 is over ``queued.min.messages`` / ``queued.max.messages.kbytes``; a reader slower than the network hits
 that on every drain, so a raw loop on the defaults measures those pauses as much as the reading.
 
+``--pin`` pins the brokers to the last CPU and the benchmark (source, raw loops and their clients) to the
+others (``_brokers.pin_brokers``): on a machine of 2 vCPUs the same drain otherwise ran at anything from
+515k to 920k rows a second, as the brokers' JVMs took its CPU by turns. The result file says so.
+
 ``--profile`` also runs one record-path drain and one batch-path drain (parallelism 1, last variant) under
 cProfile and writes ``results/profile-record-path.txt`` and ``results/profile-batch-path.txt``.
 
 Nothing here asserts on speed. Run: ``python benchmarks/bench_throughput.py [--brokers kafka|tansu]
-[--records N | --quick] [--clusters 2] [--variants fast-refetch,defaults] [--repeats 5] [--profile]``.
+[--records N | --quick] [--clusters 2] [--variants fast-refetch,defaults] [--repeats 5] [--pin] [--profile]``
+(``--long``: see :mod:`benchmarks._long_run`).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from benchmarks._brokers import (
     Cluster,
     add_broker_argument,
     machine_info,
+    pin_brokers,
     started_clusters,
 )
 from multicluster_source import (
@@ -408,14 +414,15 @@ def run_long(
     kinds: Sequence[str] = _long_run.LONG_KINDS,
     brokers: str = "kafka",
     log: Callable[[str], None] = print,
+    pinning: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The long-run mode (see :mod:`benchmarks._long_run`): per size, every kind ``repeats`` times,
-    alternating; steady rates, CPU per record, paired ratios."""
+    alternating; steady rates, CPU per record, paired ratios (``pinning``: what ``--pin`` pinned)."""
     props = VARIANTS["fast-refetch"]
     result: dict[str, Any] = {
         "benchmark": "throughput-long",
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine_info(brokers),
+        "machine": {**machine_info(brokers), "pinning": dict(pinning or {"pinned": False})},
         "config": {
             "clusters": len(clusters),
             "partitions_per_topic": PARTITIONS,
@@ -780,6 +787,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", help="result file name in results/ (default: throughput.json, throughput-long.json, ...)"
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin the brokers to the last CPU and the benchmark to the others (steadier on small machines)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also profile one record-path and one batch-path drain (parallelism 1, last variant)",
@@ -797,7 +809,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--long-kinds: unknown {unknown}; choose from {list(_long_run.LONG_KINDS)}")
         with started_clusters(args.brokers, args.clusters) as clusters:
             long_result = run_long(
-                clusters, sizes=sizes, repeats=args.repeats, kinds=kinds, brokers=args.brokers
+                clusters,
+                sizes=sizes,
+                repeats=args.repeats,
+                kinds=kinds,
+                brokers=args.brokers,
+                pinning=pin_brokers() if args.pin else {"pinned": False},
             )
         print(_long_run.format_long(long_result))
         name = args.out or (
@@ -807,6 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
     with started_clusters(args.brokers, args.clusters) as clusters:
+        pinning = pin_brokers() if args.pin else {"pinned": False}
         result = run(
             clusters,
             records=records,
@@ -815,6 +833,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             brokers=args.brokers,
             profile=args.profile,
         )
+        result["machine"]["pinning"] = pinning
     print(format_table(result))
     print(f"written: {write_result(result, args.out or result_name(args.clusters))}")
     return 0

@@ -32,6 +32,7 @@ from confluent_kafka import Message
 __all__ = [
     "ARROW_EXTRA",
     "COLUMNS",
+    "COLUMN_FETCH_FACTOR",
     "ColumnBuilder",
     "column_builder",
     "column_schema",
@@ -165,6 +166,11 @@ def column_builder(headers: bool = False) -> ColumnBuilder:
     the schema); an ``ImportError`` naming the extra when pyarrow is missing."""
     return ColumnBuilder(headers)
 
+
+COLUMN_FETCH_FACTOR = 2
+"""A column taker's inline fetch takes this many times ``reader.batch.max.records`` messages at once: they
+die with the Arrow build (the record path keeps its batches smaller for the garbage collector, which walks
+records the caller still holds), and the build and the fetcher's bookkeeping cost the same per batch."""
 
 _here = threading.local()
 

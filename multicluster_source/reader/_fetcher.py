@@ -35,7 +35,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from multicluster_source.exceptions import OffsetOutOfRangeError, SourceFailedError
-from multicluster_source.framework._columns import taking_columns
+from multicluster_source.framework._columns import COLUMN_FETCH_FACTOR, taking_columns
 from multicluster_source.framework._interfaces import ReaderContext, RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.framework._watermarks import kafka_event_times
@@ -273,7 +273,8 @@ class ClusterFetcher:
         try:
             consumer = self._consumer
             ready = consumer is not None and bool(self._progress) and self._commands.empty()
-            messages = consumer.consume(self._s.batch_max_records, 0) if ready else None
+            n = self._s.batch_max_records * (COLUMN_FETCH_FACTOR if taking_columns() else 1)
+            messages = consumer.consume(n, 0) if ready else None
             if messages:
                 self._handle(consumer, messages, lambda batch, _stop: emit_now(batch))
                 return False

@@ -12,9 +12,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import Message, TopicPartition
 
 from harness.fake_consumer import FakeConsumer, FakeReaderContext
+from multicluster_source.framework._columns import mark_columns
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._split import KafkaPartitionSplit
 from multicluster_source.reader._batches import SplitProgress
@@ -39,6 +41,7 @@ class _Feed(FakeConsumer):
         )
         self.next_offset = -1001
         self.takers: list[str] = []  # the thread that took each non-empty batch
+        self.sizes: list[tuple[str, int]] = []  # the thread and size of each non-empty batch
         self.fail_on: str | None = None  # consume raises on this thread
         self.fetch_thread_cost = 0.0  # seconds a batch takes on the fetch thread (a busy machine)
 
@@ -52,6 +55,7 @@ class _Feed(FakeConsumer):
             if out:
                 self.next_offset = (out[-1].offset() or 0) + 1
                 self.takers.append(threading.current_thread().name)
+                self.sizes.append((threading.current_thread().name, len(out)))
         if not out:
             time.sleep(timeout)
         elif threading.current_thread().name.startswith("mcs-fetch-"):
@@ -105,6 +109,28 @@ def test_a_taker_that_keeps_coming_fetches_on_its_own_thread_in_order() -> None:
     mine = feed.takers.count(threading.current_thread().name)
     assert mine > len(feed.takers) // 2, f"only {mine} of {len(feed.takers)} batches were fetched inline"
     assert context.errors == []
+
+
+@pytest.mark.parametrize("columns", [False, True])
+def test_a_column_taker_fetches_twice_the_batch_size_inline_a_record_taker_the_batch_size(
+    columns: bool,
+) -> None:
+    # a column taker's messages die with the Arrow build: larger fetches halve the per-batch costs
+    feed, handoff = _Feed(20_000), Handoff(4)
+    fetcher, _context = _fetcher(feed, handoff)  # reader.batch.max.records 100
+    before = mark_columns(columns)
+    try:
+        offsets = _take_all(handoff, 20_000)
+    finally:
+        mark_columns(before)
+        fetcher.stop()
+    assert offsets == list(range(20_000))
+    me = threading.current_thread().name
+    inline = [n for taker, n in feed.sizes if taker == me]
+    assert inline and max(inline) == (200 if columns else 100)
+    assert (
+        max((n for taker, n in feed.sizes if taker != me), default=0) <= 100
+    )  # the fetch thread's own stay as set
 
 
 def test_a_slow_taker_gets_batches_fetched_ahead_then_fetches_itself_without_losing_order() -> None:
