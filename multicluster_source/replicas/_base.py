@@ -63,17 +63,60 @@ class BaseTranslator:
         With :meth:`batched_lookups`, every split is translated in rounds: a round runs each split's
         translation until it needs a look-up not fetched yet (:class:`LookupDeferred`), then fetches what
         all of them need together, and the next round replays those splits. After :data:`_ROUNDS` rounds,
-        what is left looks up one split at a time, as a translator without batches does. A split whose
-        look-up failed with a passing error is translated again alone until ``wait_s`` runs out
-        (:meth:`_retry`); one that still fails gets mode ``start`` with the error as its reason."""
+        what is left looks up one split at a time, as a translator without batches does.
+
+        The splits whose look-ups failed with a passing error (a time-out, a leader moving after a broker's
+        restart) are translated again together, in a fresh batch (a batch keeps its errors), after a pause
+        that doubles from :data:`_RETRY_PAUSE_S` up to 1 s, while ``wait_s`` lasts. The last attempt
+        starts at or after the deadline, so a translator that settles for less once the wait is over (as
+        ``mirrormaker2`` keeps its conservative start when the copy's search fails) settles in it. A split
+        that still fails gets mode ``start`` with the error as its reason."""
         deadline = time.monotonic() + max(0.0, wait_s)
-        lookups = self.batched_lookups()
         out: list[Translation | None] = [None] * len(handovers)
+        pending = list(range(len(handovers)))
+        pause = _RETRY_PAUSE_S
+        while True:
+            final = time.monotonic() >= deadline or self._closed
+            failed = self._attempt(handovers, pending, out, origin_reachable, deadline)
+            pending = [i for i, error in failed.items() if error.retriable and not final]
+            for i, error in failed.items():
+                if i not in pending:
+                    out[i] = start_translation(*handovers[i], f"could not translate: {error}")
+            if not pending:
+                break
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(2 * pause, 1.0)
+        done = [t for t in out if t is not None]
+        assert len(done) == len(handovers)  # the last round defers nothing
+        for translation in done:
+            _log.info(
+                "cluster=%s: handover %s@%d -> %s@%d mode=%s max_repeats=%s: %s",
+                self.replica.cluster_id,
+                translation.from_split,
+                translation.from_offset,
+                translation.to_split,
+                translation.to_offset,
+                translation.mode,
+                translation.max_repeats,
+                translation.detail,
+            )
+        return done
+
+    def _attempt(
+        self,
+        handovers: Sequence[tuple[OriginPosition, str]],
+        pending: list[int],
+        out: list[Translation | None],
+        origin_reachable: bool,
+        deadline: float,
+    ) -> dict[int, ReplicaLookupError]:
+        """Translate ``handovers[i]`` for each ``i`` in ``pending`` into ``out[i]``, in batched rounds (see
+        :meth:`translate`); the look-up errors of those that failed (any other error is a ``start``)."""
+        lookups = self.batched_lookups()
         failed: dict[int, ReplicaLookupError] = {}
         with contextlib.ExitStack() as stack:
             for lookup in lookups:
                 stack.enter_context(lookup.batch())
-            pending = list(range(len(handovers)))
             for round_ in range(_ROUNDS + 1):
                 for lookup in lookups:
                     lookup.defer(round_ < _ROUNDS)
@@ -95,57 +138,7 @@ class BaseTranslator:
                 for lookup in lookups:
                     lookup.fetch_deferred()
                 pending = deferred
-        for i, error in failed.items():  # outside the batch, whose answers keep the error
-            position, to_split = handovers[i]
-            out[i] = self._retry(
-                position, to_split, error, origin_reachable=origin_reachable, deadline=deadline
-            )
-        done = [t for t in out if t is not None]
-        assert len(done) == len(handovers)  # the last round defers nothing
-        for translation in done:
-            _log.info(
-                "cluster=%s: handover %s@%d -> %s@%d mode=%s max_repeats=%s: %s",
-                self.replica.cluster_id,
-                translation.from_split,
-                translation.from_offset,
-                translation.to_split,
-                translation.to_offset,
-                translation.mode,
-                translation.max_repeats,
-                translation.detail,
-            )
-        return done
-
-    def _retry(
-        self,
-        position: OriginPosition,
-        to_split: str,
-        error: ReplicaLookupError,
-        *,
-        origin_reachable: bool,
-        deadline: float,
-    ) -> Translation:
-        """A split whose look-up failed: translated again alone while the error is a passing one and the
-        deadline is ahead (a leader moving after a broker's restart answers for a moment with an error),
-        the last time at the deadline, when a translator may settle for less than it looked for (as
-        ``mirrormaker2`` keeps its conservative start when the copy's search fails); then a ``start`` with
-        the last error."""
-        pause = _RETRY_PAUSE_S
-        while error.retriable and not self._closed:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            time.sleep(min(pause, left))  # the last try comes at the deadline (a translator may then settle)
-            pause = min(2 * pause, 1.0)
-            try:
-                return self.translate_one(
-                    position, to_split, origin_reachable=origin_reachable, deadline=deadline
-                )
-            except ReplicaLookupError as exc:
-                error = exc
-            except Exception as exc:  # as in translate: this split's start, with the reason
-                return start_translation(position, to_split, f"could not translate: {exc}")
-        return start_translation(position, to_split, f"could not translate: {error}")
+        return failed
 
     def batched_lookups(self) -> Sequence[ClusterLookup]:
         """The look-ups whose requests :meth:`translate` gathers into batches (none: one split at a time;

@@ -19,7 +19,8 @@ For one origin split at position ``P`` (the next offset the caller has not recei
    first sync may repeat), refined as in 3 or 4.
 
 A look-up failing in 3 or 4 leaves the conservative answer standing (with the failure in its detail); a
-passing failure is first asked again while the wait lasts (``BaseTranslator.translate``).
+passing failure is first asked again while the wait lasts (``BaseTranslator.translate``), and the
+answer settles for the conservative start only in the attempt made once the wait is over.
 
 The answer is never past the copy of a record the caller has not received, so nothing MM2 copied is
 skipped; what MM2 had not copied when the origin went away is MM2's loss, not the translation's.

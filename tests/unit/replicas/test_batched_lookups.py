@@ -23,8 +23,9 @@ class _Cluster:
     """Partition ``p`` of topic ``t`` holds offsets ``p % 7`` up to ``50 + p`` (log start, end); every
     record's value names its offset. Counts the batched requests and the partitions in each."""
 
-    def __init__(self, broken: frozenset[int] = frozenset()) -> None:
+    def __init__(self, broken: frozenset[int] = frozenset(), *, passing_for: int | None = None) -> None:
         self.broken = broken
+        self.passing_for = passing_for  # a number: the broken ones fail (retriable) in this many requests
         self.mark_requests: list[int] = []
         self.read_requests: list[int] = []
 
@@ -32,7 +33,14 @@ class _Cluster:
         self.mark_requests.append(len(partitions))
         out: dict[Any, Any] = {}
         for topic, p in partitions:
-            if p in self.broken:
+            if p in self.broken and self.passing_for is not None:
+                if len(self.mark_requests) > self.passing_for:
+                    out[(topic, p)] = (p % 7, 50 + p)
+                else:
+                    out[(topic, p)] = ReplicaLookupError(
+                        f"cluster west {topic}/{p}: watermarks: not leader", retriable=True
+                    )
+            elif p in self.broken:
                 out[(topic, p)] = ReplicaLookupError(f"cluster west {topic}/{p}: watermarks: not leader")
             else:
                 out[(topic, p)] = (p % 7, 50 + p)
@@ -115,6 +123,30 @@ def test_one_partitions_failed_look_up_is_that_splits_start_and_the_others_trans
     assert out[3].mode == "start" and "west t/3: watermarks: not leader" in out[3].detail
     assert all(t.mode == "exact" for i, t in enumerate(out) if i != 3)
     assert cluster.mark_requests == [10] and cluster.read_requests == [9]
+
+
+def test_splits_whose_look_ups_failed_for_a_moment_are_asked_again_together_within_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = _Cluster(broken=frozenset({2, 5, 8}), passing_for=2)  # not leader in the first two requests
+    translator = _translator(cluster, monkeypatch)
+    out = translator.translate(_asks(10), origin_reachable=True, wait_s=5.0)
+    assert [t.mode for t in out] == ["exact"] * 10
+    assert [t.to_offset for t in out] == [20 + p % 11 for p in range(10)]
+    assert cluster.mark_requests == [10, 3, 3]  # the three asked again together, in one request each time
+    assert cluster.read_requests == [7, 3]
+
+
+def test_splits_failing_past_the_wait_get_their_start_with_the_last_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = _Cluster(broken=frozenset({4}), passing_for=10**6)
+    translator = _translator(cluster, monkeypatch)
+    out = translator.translate(_asks(6), origin_reachable=True, wait_s=0.5)
+    assert out[4].mode == "start" and "t/4: watermarks: not leader" in out[4].detail
+    assert [t.mode for i, t in enumerate(out) if i != 4] == ["exact"] * 5
+    assert cluster.mark_requests[0] == 6 and set(cluster.mark_requests[1:]) == {1}
+    assert 3 <= len(cluster.mark_requests) <= 6  # pauses of 0.1, 0.2, then up to the deadline, once after
 
 
 class _Moving(_LastRecord):
