@@ -29,7 +29,8 @@ skipped; what MM2 had not copied when the origin went away is MM2's loss, not th
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from multicluster_source.framework._split import parse_split_id
 from multicluster_source.metadata._model import ClusterMetadata
@@ -38,7 +39,7 @@ from multicluster_source.replicas._base import BaseTranslator
 from multicluster_source.replicas._codec import Checkpoint
 from multicluster_source.replicas._follow import SyncFollower, read_checkpoints
 from multicluster_source.replicas._lookup import ClusterLookup, RecordCopy, ReplicaLookupError
-from multicluster_source.replicas._match import find_copy, last_record_before, narrow_by_time
+from multicluster_source.replicas._match import Match, find_copy, last_record_before, narrow_by_time
 from multicluster_source.replicas._model import OriginPosition, Translation, TranslationMode
 from multicluster_source.replicas._store import Lookup, SyncStore
 
@@ -135,56 +136,41 @@ class MirrorMaker2Translator(BaseTranslator):
         start, bound, count, why, narrowable = self._conservative(
             found, otopic, opart, rtopic, rpart, origin_reachable
         )
+        end = found.after.downstream if found.after is not None else None
         if last is not None:
             if found.before is not None:
                 count = last.offset - found.before.upstream
-            try:
-                match = find_copy(
-                    self.replica_lookup,
-                    rtopic,
-                    rpart,
-                    last,
-                    start=start,
-                    end=found.after.downstream if found.after is not None else None,
-                    count=count,
-                    timeout_s=_SCAN_TIMEOUT_S,
-                )
-            except ReplicaLookupError as exc:  # the conservative start stands without the search
-                if exc.retriable and time.monotonic() < deadline:
-                    raise  # asked again while the wait lasts (BaseTranslator.translate)
-                match, why = None, f"{why}; the copy's search failed ({exc})"
-            else:
-                if match is None:
-                    notes.append(
-                        f"the copy of origin offset {last.offset} was not found from replica offset {start}"
-                    )
-            if match is not None:
-                return self._answer(position, to_split, match.to_offset, match.max_repeats, match.detail)
+            got = _refined(find_copy, self.replica_lookup, rtopic, rpart, last, start, end, count, deadline)
+            if isinstance(got, Match):
+                return self._answer(position, to_split, got.to_offset, got.max_repeats, got.detail)
+            notes.append(
+                f"the copy's search failed ({got})"
+                if got is not None
+                else f"the copy of origin offset {last.offset} was not found from replica offset {start}"
+            )
         elif position.last_timestamp_ms is not None and narrowable:
             if found.before is not None:
                 count = at - 1 - found.before.upstream
-            try:
-                match = narrow_by_time(
-                    self.replica_lookup,
-                    rtopic,
-                    rpart,
-                    position.last_timestamp_ms,
-                    start=start,
-                    end=found.after.downstream if found.after is not None else None,
-                    count=count,
-                    timeout_s=_SCAN_TIMEOUT_S,
-                )
-            except ReplicaLookupError as exc:  # the conservative start stands without the narrowing
-                if exc.retriable and time.monotonic() < deadline:
-                    raise  # asked again while the wait lasts (BaseTranslator.translate)
-                match, why = None, f"{why}; the narrowing by time failed ({exc})"
-            else:
-                if match is None:
-                    notes.append(f"no replica record at the last returned record's time from offset {start}")
-            if match is not None:
+            got = _refined(
+                narrow_by_time,
+                self.replica_lookup,
+                rtopic,
+                rpart,
+                position.last_timestamp_ms,
+                start,
+                end,
+                count,
+                deadline,
+            )
+            if isinstance(got, Match):
                 return self._answer(
-                    position, to_split, match.to_offset, match.max_repeats, f"{why}; {match.detail}"
+                    position, to_split, got.to_offset, got.max_repeats, f"{why}; {got.detail}"
                 )
+            notes.append(
+                f"the narrowing by time failed ({got})"
+                if got is not None
+                else f"no replica record at the last returned record's time from offset {start}"
+            )
         elif not origin_reachable:
             notes.append("origin unreachable: no record to match")
         return self._answer(position, to_split, start, bound, "; ".join([why, *notes]))
@@ -241,3 +227,28 @@ class MirrorMaker2Translator(BaseTranslator):
     ) -> Translation:
         mode: TranslationMode = "exact" if max_repeats == 0 else "conservative"
         return Translation(position.split, to_split, position.offset, to_offset, mode, max_repeats, detail)
+
+
+def _refined(
+    search: Callable[..., Match | None],
+    lookup: ClusterLookup,
+    topic: str,
+    partition: int,
+    what: Any,
+    start: int,
+    end: int | None,
+    count: int | None,
+    deadline: float,
+) -> Match | ReplicaLookupError | None:
+    """``search`` (:func:`find_copy` of a record or :func:`narrow_by_time` of a time) over the replica
+    offsets from ``start``; its look-up error is returned, for the conservative start to stand without
+    it, unless the error may pass and the wait lasts: then it is raised, to be asked again
+    (``BaseTranslator.translate``)."""
+    try:
+        return search(
+            lookup, topic, partition, what, start=start, end=end, count=count, timeout_s=_SCAN_TIMEOUT_S
+        )
+    except ReplicaLookupError as exc:
+        if exc.retriable and time.monotonic() < deadline:
+            raise
+        return exc

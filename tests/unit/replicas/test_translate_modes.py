@@ -9,7 +9,7 @@ import pytest
 
 from multicluster_source.metadata import ClusterMetadata
 from multicluster_source.metadata._replica import ReplicaOf
-from multicluster_source.replicas import OriginPosition
+from multicluster_source.replicas import OriginPosition, Translation
 from multicluster_source.replicas._base import START_OFFSET
 from multicluster_source.replicas._codec import OffsetSync
 from multicluster_source.replicas._lookup import RecordCopy, ReplicaLookupError
@@ -145,6 +145,17 @@ def _mm2(replica: _Replica) -> MirrorMaker2Translator:
     return translator
 
 
+def _hand_over_150(translator: MirrorMaker2Translator, wait_s: float) -> Translation:
+    """The handover of origin position 150 (the last record returned: offset 149) with MM2 past it."""
+    translator.store.add(OffsetSync("orders", 0, 180, 280))  # MM2 is past the position: no wait for it
+    (out,) = translator.translate(
+        [(OriginPosition("east/orders/0", 150, last_timestamp_ms=1149), "west/east.orders/0")],
+        origin_reachable=True,
+        wait_s=wait_s,
+    )
+    return out
+
+
 @pytest.mark.parametrize(("retriable", "wait_s"), [(False, 0.0), (True, 0.0), (True, 0.6)])
 def test_a_failed_copy_search_keeps_mirrormaker2s_conservative_start_instead_of_the_starting_offsets(
     retriable: bool, wait_s: float
@@ -152,12 +163,7 @@ def test_a_failed_copy_search_keeps_mirrormaker2s_conservative_start_instead_of_
     # the chaos soak's failure: the replica's log end failed (a broker's restart) while looking for the copy
     replica = _Replica(failures=1000, retriable=retriable)
     translator = _mm2(replica)
-    translator.store.add(OffsetSync("orders", 0, 180, 280))  # MM2 is past the position: no wait for it
-    (out,) = translator.translate(
-        [(OriginPosition("east/orders/0", 150, last_timestamp_ms=1149), "west/east.orders/0")],
-        origin_reachable=True,
-        wait_s=wait_s,
-    )
+    out = _hand_over_150(translator, wait_s)
     assert (replica.asked > 2) == (wait_s > 0)  # a passing error is asked again while the wait lasts
     assert (out.mode, out.to_offset, out.max_repeats) == ("conservative", 201, 49)  # right after the sync
     assert "the copy's search failed" in out.detail and "Leader epoch is older" in out.detail
@@ -166,12 +172,7 @@ def test_a_failed_copy_search_keeps_mirrormaker2s_conservative_start_instead_of_
 def test_a_passing_look_up_error_is_asked_again_within_the_wait_and_translates_exactly() -> None:
     replica = _Replica(failures=2, retriable=True)
     translator = _mm2(replica)
-    translator.store.add(OffsetSync("orders", 0, 180, 280))  # MM2 is past the position: no wait for it
-    (out,) = translator.translate(
-        [(OriginPosition("east/orders/0", 150, last_timestamp_ms=1149), "west/east.orders/0")],
-        origin_reachable=True,
-        wait_s=5.0,
-    )
+    out = _hand_over_150(translator, 5.0)
     assert (out.mode, out.to_offset) == ("exact", 250)  # right after the copy of origin offset 149
     assert replica.asked == 3  # twice failed, then answered
 
