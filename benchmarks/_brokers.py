@@ -117,10 +117,9 @@ def pin_brokers() -> dict[str, Any]:
     """Pin the brokers (this process's child processes, every thread of each) to the last CPU and this
     process (every thread: clients made later inherit it) to the others; what was pinned, for the reports.
 
-    On a small machine the brokers' JVMs and the client under test take the same CPUs by turns, and one
-    drain's rate then moves by a third from one run to the next (2 vCPUs: 515k-920k rows/s for the same
-    drain); pinned, the runs a pair compares share their CPUs the same way. Linux only; on fewer than
-    2 CPUs nothing is pinned."""
+    On a small machine the brokers' JVMs and the client under test take the same CPUs by turns; pinned,
+    they do not, but the client then has the CPUs left for all its threads (see ``bench_throughput``'s
+    ``--pin``). Linux only; on fewer than 2 CPUs nothing is pinned."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return {"pinned": False, "why": f"{len(cpus)} CPU"}

@@ -31,8 +31,9 @@ is over ``queued.min.messages`` / ``queued.max.messages.kbytes``; a reader slowe
 that on every drain, so a raw loop on the defaults measures those pauses as much as the reading.
 
 ``--pin`` pins the brokers to the last CPU and the benchmark (source, raw loops and their clients) to the
-others (``_brokers.pin_brokers``): on a machine of 2 vCPUs the same drain otherwise ran at anything from
-515k to 920k rows a second, as the brokers' JVMs took its CPU by turns. The result file says so.
+others (``_brokers.pin_brokers``); the result file says so. On a machine of 2 vCPUs that leaves the client
+one core for all its threads (the raw loop ran at 1.0-1.3M rows/s pinned against 1.8M unpinned), and a
+pinned long run was no steadier than unpinned ones: a probe, not the reference.
 
 ``--profile`` also runs one record-path drain and one batch-path drain (parallelism 1, last variant) under
 cProfile and writes ``results/profile-record-path.txt`` and ``results/profile-batch-path.txt``.
