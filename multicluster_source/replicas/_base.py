@@ -78,9 +78,11 @@ class BaseTranslator:
         while True:
             final = time.monotonic() >= deadline or self._closed
             failed = self._attempt(handovers, pending, out, origin_reachable, deadline)
-            pending = [i for i, error in failed.items() if error.retriable and not final]
+            pending = []
             for i, error in failed.items():
-                if i not in pending:
+                if error.retriable and not final:
+                    pending.append(i)
+                else:
                     out[i] = start_translation(*handovers[i], f"could not translate: {error}")
             if not pending:
                 break

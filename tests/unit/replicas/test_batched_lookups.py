@@ -33,15 +33,11 @@ class _Cluster:
         self.mark_requests.append(len(partitions))
         out: dict[Any, Any] = {}
         for topic, p in partitions:
-            if p in self.broken and self.passing_for is not None:
-                if len(self.mark_requests) > self.passing_for:
-                    out[(topic, p)] = (p % 7, 50 + p)
-                else:
-                    out[(topic, p)] = ReplicaLookupError(
-                        f"cluster west {topic}/{p}: watermarks: not leader", retriable=True
-                    )
-            elif p in self.broken:
-                out[(topic, p)] = ReplicaLookupError(f"cluster west {topic}/{p}: watermarks: not leader")
+            passing = self.passing_for is not None
+            if p in self.broken and (not passing or len(self.mark_requests) <= (self.passing_for or 0)):
+                out[(topic, p)] = ReplicaLookupError(
+                    f"cluster west {topic}/{p}: watermarks: not leader", retriable=passing
+                )
             else:
                 out[(topic, p)] = (p % 7, 50 + p)
         return out
