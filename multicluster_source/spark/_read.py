@@ -12,11 +12,9 @@ import atexit
 import logging
 import threading
 import time
-from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -171,8 +169,6 @@ def _lost(task: SplitRange, first: int, end: int, why: str) -> None:
 
 _error: Any = Message.error
 _offset: Any = Message.offset
-_timestamp: Any = Message.timestamp
-_kind = itemgetter(0)
 
 
 class _Batches:
@@ -212,9 +208,8 @@ class _Batches:
         """The pending records as one batch of :func:`arrow_schema` (and none pending after)."""
         task, messages = self.task, self.pending
         self.pending = []
-        made = self.build(task.cluster_id, messages, (task.topic, task.partition))
-        kinds = array("q", map(_kind, map(_timestamp, messages)))  # 0 none, 1 CreateTime, 2 LogAppendTime
-        if min(kinds) == max(kinds):
+        made, kinds = self.build.with_kinds(task.cluster_id, messages, (task.topic, task.partition))
+        if kinds.count(kinds[0]) == len(kinds):  # one timestamp type, the usual batch
             types = pa.repeat(pa.scalar(kinds[0] - 1 if kinds[0] else None, pa.int32()), len(kinds))
         else:
             types = pa.array([k - 1 if k else None for k in kinds], pa.int32())

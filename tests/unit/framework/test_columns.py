@@ -77,6 +77,38 @@ def test_a_one_split_batch_repeats_its_topic_and_partition_and_keys_may_all_be_n
     assert ColumnBuilder()("west", []).num_rows == 0
 
 
+@pytest.mark.parametrize(
+    "offsets",
+    [
+        [0, 1, 2, 3],  # no gap, from the log's start
+        [2**40 + 5],  # one message, far into the log
+        [10, 11, 13, 14],  # a compacted gap (or a transaction marker)
+        [10, 12, 13],
+        [3, 4, 5, 9, 10, 11],
+    ],
+)
+def test_a_one_split_batch_has_exactly_its_messages_offsets_with_or_without_gaps(offsets: list[int]) -> None:
+    batch = column_builder()("west", [_msg(1, o) for o in offsets], ("t", 1))
+    assert batch.column("offset").to_pylist() == offsets
+    assert batch.column("offset").type == pa.int64()
+
+
+def test_timestamp_types_come_with_the_batch_and_a_missing_timestamp_is_null() -> None:
+    stamps = [(1, 5), (0, -1), (2, 9)]
+    messages = [_msg(0, o, stamp=s) for o, s in enumerate(stamps)]
+    batch, kinds = column_builder().with_kinds("east", messages, ("t", 0))
+    assert kinds == [1, 0, 2]
+    assert batch.equals(column_builder()("east", messages, ("t", 0)))
+    assert [
+        None if t is None else int(t.timestamp() * 1000) for t in batch.column("timestamp").to_pylist()
+    ] == [
+        5,
+        None,
+        9,
+    ]
+    assert column_builder().with_kinds("east", [])[1] == []
+
+
 def test_without_pyarrow_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=ARROW_EXTRA.replace("[", r"\[").replace("]", r"\]")):
