@@ -137,13 +137,20 @@ class ColumnBuilder:
         """A ``pyarrow.RecordBatch`` of ``messages`` (all of ``cluster_id``; none an error event), in order.
         ``split``: ``(topic, partition)`` when every message is of that one partition, in the order the
         client returns them (offsets rising)."""
-        return self.with_kinds(cluster_id, messages, split)[0]
+        return self._build(cluster_id, messages, split, False)[0]
 
     def with_kinds(
         self, cluster_id: str, messages: Sequence[Any], split: tuple[str, int] | None = None
     ) -> tuple[Any, list[int]]:
         """The batch of :meth:`__call__` and each message's timestamp type, read in the same pass (0 none,
         1 CreateTime, 2 LogAppendTime: the client's ``TIMESTAMP_*``), for a reader that hands them on too."""
+        batch, kinds = self._build(cluster_id, messages, split, True)
+        assert kinds is not None
+        return batch, kinds
+
+    def _build(
+        self, cluster_id: str, messages: Sequence[Any], split: tuple[str, int] | None, with_kinds: bool
+    ) -> tuple[Any, list[int] | None]:
         pa, n = self._pa, len(messages)
         offsets = None
         if split is not None:
@@ -159,13 +166,12 @@ class ColumnBuilder:
         if offsets is None:
             offsets = self._ints(self._int64, n, array("q", list(map(_offset, messages))))
         stamps = list(map(_timestamp, messages))
-        kinds = list(map(_kind, stamps))
-        ms = self._ints(self._int64, n, array("q", list(map(_ms, stamps))))
-        if n and self._compute.min(ms).as_py() < 0 and 0 in kinds:
-            # TIMESTAMP_NOT_AVAILABLE (-1): null
+        kinds = list(map(_kind, stamps)) if with_kinds else None
+        ms = list(map(_ms, stamps))
+        if n and min(ms) < 0 and 0 in (kinds or map(_kind, stamps)):  # TIMESTAMP_NOT_AVAILABLE (-1): null
             times = pa.array([t if kind else None for kind, t in stamps], self._int64).view(self._stamp)
-        else:  # the minimum in Arrow: min() of the list made an int per message again (5 % of the making)
-            times = ms.view(self._stamp)
+        else:  # min() of the list: of the array it made an int per message again (5 % of the making)
+            times = self._ints(self._stamp, n, array("q", ms))
         keys = list(map(_key, messages))
         columns = [
             pa.repeat(pa.scalar(cluster_id, self._string), n),
