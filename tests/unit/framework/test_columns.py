@@ -99,13 +99,8 @@ def test_timestamp_types_come_with_the_batch_and_a_missing_timestamp_is_null() -
     batch, kinds = column_builder().with_kinds("east", messages, ("t", 0))
     assert kinds == [1, 0, 2]
     assert batch.equals(column_builder()("east", messages, ("t", 0)))
-    assert [
-        None if t is None else int(t.timestamp() * 1000) for t in batch.column("timestamp").to_pylist()
-    ] == [
-        5,
-        None,
-        9,
-    ]
+    times = batch.column("timestamp").to_pylist()
+    assert [None if t is None else int(t.timestamp() * 1000) for t in times] == [5, None, 9]
     assert column_builder().with_kinds("east", [])[1] == []
 
 

@@ -33,10 +33,10 @@ class _Cluster:
         self.mark_requests.append(len(partitions))
         out: dict[Any, Any] = {}
         for topic, p in partitions:
-            passing = self.passing_for is not None
-            if p in self.broken and (not passing or len(self.mark_requests) <= (self.passing_for or 0)):
+            if p in self.broken and (self.passing_for is None or len(self.mark_requests) <= self.passing_for):
                 out[(topic, p)] = ReplicaLookupError(
-                    f"cluster west {topic}/{p}: watermarks: not leader", retriable=passing
+                    f"cluster west {topic}/{p}: watermarks: not leader",
+                    retriable=self.passing_for is not None,
                 )
             else:
                 out[(topic, p)] = (p % 7, 50 + p)
