@@ -24,6 +24,11 @@ repeats.
     the raw loop building the same Arrow batches with the same builder (``ColumnBuilder``) from each
     ``consume()`` result, told when a batch is of one partition (found by one C-level pass, as the source
     knows it from the positions it tracks).
+
+Each size's result ends with #36's goals judged on its paired ratios (:func:`goals`): the ``for`` loop and
+``poll`` at 0.9 of the raw loop with no repeat below 0.8, or else within 5 % of their floor (``floor``,
+``listfloor``); ``poll_columns`` at least at the raw column loop. ``--judge FILE`` judges a result written
+before.
 """
 
 from __future__ import annotations
@@ -230,6 +235,61 @@ def summarize(runs: Mapping[str, list[dict[str, float]]], readers: Sequence[int]
     return out
 
 
+#: #36's goals, per size and reader count: ``(path, floor kind)``; the record paths are held to 0.9 of the raw
+#: loop (no repeat below 0.8) or, failing that, to within 5 % of their floor; the column path to the raw
+#: column loop
+GOAL_PATHS = (("iterate", "floor"), ("records", "listfloor"), ("columns", None))
+RAW_GOAL = 0.9
+RAW_LOWEST = 0.8
+FLOOR_GOAL = 0.95
+COLUMNS_GOAL = 1.0
+
+
+def goals(paired: Mapping[str, Mapping[str, Any]], readers: Sequence[int]) -> list[dict[str, Any]]:
+    """#36's goals judged on one size's paired ratios (``summarize()["paired"]``): one verdict per path and
+    reader count, naming the clause that decided it (``raw``, ``floor`` or ``columns``) and the ratio."""
+    out: list[dict[str, Any]] = []
+    for r in readers:
+        for path, floor in GOAL_PATHS:
+            if floor is None:
+                p = paired.get(f"{path}_over_rawcolumns_{r}")
+                if p is not None:
+                    ok = p["median"] >= COLUMNS_GOAL
+                    out.append(_verdict(path, r, "columns", p, ok))
+                continue
+            raw = paired.get(f"{path}_over_raw_{r}")
+            if raw is None:
+                continue
+            if raw["median"] >= RAW_GOAL and raw["min"] >= RAW_LOWEST:
+                out.append(_verdict(path, r, "raw", raw, True))
+                continue
+            near = paired.get(f"{path}_over_{floor}_{r}")
+            if near is None:
+                out.append(_verdict(path, r, "raw", raw, False))
+            else:
+                out.append(_verdict(path, r, "floor", near, near["median"] >= FLOOR_GOAL))
+    return out
+
+
+def _verdict(path: str, readers: int, clause: str, p: Mapping[str, Any], met: bool) -> dict[str, Any]:
+    return {
+        "path": path,
+        "readers": readers,
+        "clause": clause,
+        "median": p["median"],
+        "min": p["min"],
+        "met": met,
+    }
+
+
+def judge(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` (a long run's, as written) with every size's goals judged again from its paired ratios."""
+    for res in result["sizes"].values():
+        readers = sorted({int(k.rsplit("_", 1)[1]) for k in res["paired"]})
+        res["goals"] = goals(res["paired"], readers)
+    return result
+
+
 def format_long(result: Mapping[str, Any]) -> str:
     """The long-run result as text: per size, steady rates, CPU per record and paired ratios."""
     lines = []
@@ -243,6 +303,11 @@ def format_long(result: Mapping[str, Any]) -> str:
             )
         for name, p in res["paired"].items():
             lines.append(f"  paired {name:<28} median {p['median']:.3f}  min {p['min']:.3f}")
+        for g in res.get("goals", []):
+            lines.append(
+                f"  goal {g['path']}-{g['readers']} by {g['clause']:<7} median {g['median']:.3f}"
+                f"  min {g['min']:.3f}  {'met' if g['met'] else 'MISSED'}"
+            )
     return "\n".join(lines)
 
 

@@ -448,8 +448,11 @@ def run_long(
                 f"  {size:,} run {rep + 1}/{repeats} {kind:<13} {m.steady_rate:>11,.0f} records/s from the "
                 f"first record, CPU {m.cpu_ns_per_record:.0f} ns/record"
             )
+        readers = sorted({int(k.rsplit("-", 1)[1]) for k in kinds})
+        summary = _long_run.summarize(runs, readers)
         result["sizes"][str(size)] = {
-            **_long_run.summarize(runs, sorted({int(k.rsplit("-", 1)[1]) for k in kinds})),
+            **summary,
+            "goals": _long_run.goals(summary["paired"], readers),
             "runs": runs,
         }
     return result
@@ -785,6 +788,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated kinds for --long, in the order they alternate (default: all, 1 then 2 readers)",
     )
     parser.add_argument(
+        "--judge",
+        metavar="FILE",
+        help="print a long-run result written before (a path, or a name in results/) with #36's goals judged",
+    )
+    parser.add_argument(
         "--out", help="result file name in results/ (default: throughput.json, throughput-long.json, ...)"
     )
     parser.add_argument(
@@ -802,6 +810,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
+    if args.judge:
+        path = Path(args.judge)
+        if not path.exists():
+            path = RESULTS_DIR / args.judge
+        print(_long_run.format_long(_long_run.judge(json.loads(path.read_text()))))
+        return 0
     if args.long:
         sizes = [int(n) for n in args.long_records.split(",") if n.strip()]
         kinds = [k.strip() for k in args.long_kinds.split(",") if k.strip()]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_reconciliation, bench_record_costs, bench_throughput, run_all
+from benchmarks import _long_run, bench_reconciliation, bench_record_costs, bench_throughput, run_all
 
 
 def _throughput_result() -> dict[str, Any]:
@@ -253,3 +253,41 @@ def test_spark_bench_audit_ratios_and_report_on_made_up_results(capsys: pytest.C
     assert result["ratios"]["noop_ours_over_spark_python_ceiling"] == 0.2
     bench_spark.report(result)
     assert "ceiling: Python in Spark" in capsys.readouterr().out
+
+
+def _paired(median: float, lowest: float) -> dict[str, Any]:
+    return {"median": median, "min": lowest, "all": [lowest, median, median]}
+
+
+def test_long_run_goals_take_the_raw_clause_then_the_floor() -> None:
+    paired = {
+        # the for loop at the raw loop's pace: met by the raw clause, whatever its floor says
+        "iterate_over_raw_1": _paired(0.93, 0.85),
+        "iterate_over_floor_1": _paired(0.80, 0.70),
+        # poll below 0.9 of raw, within 5 % of its floor: met by the floor clause
+        "records_over_raw_1": _paired(0.80, 0.75),
+        "records_over_listfloor_1": _paired(0.96, 0.90),
+        # a median above 0.9 with one repeat below 0.8 falls to the floor clause, which misses
+        "iterate_over_raw_2": _paired(0.95, 0.79),
+        "iterate_over_floor_2": _paired(0.94, 0.90),
+        "columns_over_rawcolumns_1": _paired(1.0, 0.9),
+        "columns_over_rawcolumns_2": _paired(0.99, 0.95),
+    }
+    verdicts = {(g["path"], g["readers"]): (g["clause"], g["met"]) for g in _long_run.goals(paired, [1, 2])}
+    assert verdicts == {
+        ("iterate", 1): ("raw", True),
+        ("records", 1): ("floor", True),
+        ("columns", 1): ("columns", True),
+        ("iterate", 2): ("floor", False),
+        ("columns", 2): ("columns", False),
+    }
+
+
+def test_judge_prints_the_goals_of_a_written_long_run() -> None:
+    paired = {"iterate_over_raw_1": _paired(0.7, 0.6), "iterate_over_floor_1": _paired(0.97, 0.9)}
+    result = {
+        "config": {"clusters": 1},
+        "sizes": {"5000000": {"steady_records_per_second": {}, "cpu_ns_per_record": {}, "paired": paired}},
+    }
+    text = _long_run.format_long(_long_run.judge(result))
+    assert "goal iterate-1 by floor   median 0.970  min 0.900  met" in text
