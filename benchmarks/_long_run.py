@@ -207,7 +207,8 @@ def take_columns(stream: SourceStream) -> int:
 
 
 def summarize(runs: Mapping[str, list[dict[str, float]]], readers: Sequence[int]) -> dict[str, Any]:
-    """Medians of the steady rates and CPU per record; paired ratios against each kind's bases."""
+    """Medians of the steady rates and CPU per record; paired ratios against each kind's bases; the goals
+    judged on them (:func:`goals`)."""
     out: dict[str, Any] = {"steady_records_per_second": {}, "cpu_ns_per_record": {}, "paired": {}}
     for kind, ms in runs.items():
         if not ms:
@@ -232,6 +233,7 @@ def summarize(runs: Mapping[str, list[dict[str, float]]], readers: Sequence[int]
                     "min": min(ratios),
                     "all": ratios,
                 }
+    out["goals"] = goals(out["paired"], readers)
     return out
 
 

@@ -448,11 +448,8 @@ def run_long(
                 f"  {size:,} run {rep + 1}/{repeats} {kind:<13} {m.steady_rate:>11,.0f} records/s from the "
                 f"first record, CPU {m.cpu_ns_per_record:.0f} ns/record"
             )
-        readers = sorted({int(k.rsplit("-", 1)[1]) for k in kinds})
-        summary = _long_run.summarize(runs, readers)
         result["sizes"][str(size)] = {
-            **summary,
-            "goals": _long_run.goals(summary["paired"], readers),
+            **_long_run.summarize(runs, sorted({int(k.rsplit("-", 1)[1]) for k in kinds})),
             "runs": runs,
         }
     return result
