@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from multicluster_source.framework._columns import mark_columns, value_bytes
+from multicluster_source.framework._gcpause import Hold
 from multicluster_source.framework._interfaces import RecordBatch
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.framework._watermarks import BatchEventTimes, kafka_event_times, part_event_times
@@ -340,13 +341,12 @@ class Delivery:
         :class:`~multicluster_source.framework._columns.ColumnBuilder`); ``[]`` after ``timeout``.
 
         Unlike :meth:`records` it goes on fetching inline while it holds rows: each part's messages are
-        dropped once its Arrow batch is made, and Arrow buffers are nothing for the garbage collector to
-        walk (gathering the messages of several parts into one batch kept them alive: half the rate). A part
-        counts as delivered once its batch is made; when ``build`` raises, the part is left as it was.
+        dropped once its Arrow batch is made, and the garbage collector is held off from the fetch to the
+        build (``framework._gcpause``). A part counts as delivered once its batch is made; when ``build``
+        raises, the part is left as it was.
         """
         self.detach()
-        # what is fetched inline meanwhile leaves its value bytes to value_bytes()
-        before = mark_columns(True)
+        before = mark_columns(True)  # what is fetched inline now leaves its value bytes to value_bytes()
         try:
             return self._columns(timeout, max_records, stopped, build)
         finally:
@@ -358,28 +358,42 @@ class Delivery:
         out: list[Any] = []
         n = 0
         deadline = time.monotonic() + timeout
-        while n < max_records and self._next(deadline, bool(out), stopped, more=True) is not None:
-            batch, start = self._batch, self._start
-            assert batch is not None
-            cluster_id, messages, positions = self._take(max_records - n, count=False)
+        while n < max_records:
+            # held off until the part's messages die (a few ms: nothing checks it), never while waiting
+            hold = Hold(1.0)
             try:
-                made = build(cluster_id, messages, _one_split(positions, messages))
-                if self._on_delivered is not None:
-                    self._on_delivered(cluster_id, messages, self._event_times, None)
-            except BaseException:
-                self._batch, self._start = batch, start
-                raise
-            if batch.count_bytes is not None:
-                batch.count_bytes(value_bytes(made))
-            n += len(messages)
-            refused = self._advance(positions, cluster_id, messages)
-            if refused:  # fenced by a replica handover meanwhile: never handed out
-                messages = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
-                if not messages:
-                    continue
-                made = build(cluster_id, messages, None)
-            out.append(made)
+                if self._next(deadline, True, stopped, more=True) is None:  # nothing ready now
+                    hold.end()
+                    if out or self._next(deadline, False, stopped, more=True) is None:
+                        break
+                taken, made = self._column_part(max_records - n, build)
+            finally:
+                hold.end()
+            n += taken
+            if made is not None:
+                out.append(made)
         return out
+
+    def _column_part(self, room: int, build: ColumnMaker) -> tuple[int, Any]:
+        """Up to ``room`` messages of the current batch, delivered: (how many, their Arrow batch or None
+        when a replica handover fenced every one meanwhile)."""
+        batch, start = self._batch, self._start
+        assert batch is not None
+        cluster_id, messages, positions = self._take(room, count=False)
+        try:
+            made = build(cluster_id, messages, _one_split(positions, messages))
+            if self._on_delivered is not None:
+                self._on_delivered(cluster_id, messages, self._event_times, None)
+        except BaseException:
+            self._batch, self._start = batch, start
+            raise
+        if batch.count_bytes is not None:
+            batch.count_bytes(value_bytes(made))
+        refused = self._advance(positions, cluster_id, messages)
+        if refused:  # fenced by a replica handover meanwhile: never handed out
+            kept = [m for m in messages if f"{cluster_id}/{m.topic()}/{m.partition()}" not in refused]
+            return len(messages), build(cluster_id, kept, None) if kept else None
+        return len(messages), made
 
 
 ColumnMaker = Callable[[str, Sequence[Any], "tuple[str, int] | None"], Any]

@@ -233,3 +233,31 @@ def test_only_a_thread_inside_a_column_take_is_marked_and_the_mark_is_put_back()
     delivery.columns(0.0, 10, lambda: False, build)
     assert seen == [True] and not taking_columns()
     assert mark_columns(True) is False and mark_columns(False) is True
+
+
+def test_the_collector_is_off_while_a_part_is_made_and_on_while_nothing_is_ready() -> None:
+    import gc
+
+    building: list[bool] = []
+    waiting: list[bool] = []
+
+    def build(cluster_id: str, messages: Any, split: Any) -> Any:
+        building.append(gc.isenabled())
+        return column_builder()(cluster_id, messages, split)
+
+    def stopped() -> bool:  # asked only while the call waits for records
+        waiting.append(gc.isenabled())
+        return False
+
+    delivery, delivered = _delivery([_batch("east", [(0, 1)]), _batch("east", [(0, 2)])])
+    assert gc.isenabled()
+    assert _rows(delivery.columns(0.0, 10, stopped, build)) == [("east", "t", 0, 1), ("east", "t", 0, 2)]
+    assert building == [False, False] and gc.isenabled()
+    assert delivery.columns(0.25, 10, stopped, build) == []
+    assert waiting and all(waiting) and gc.isenabled() and delivered() == {"east/t/0": 3}
+    gc.disable()  # an application's choice stays
+    try:
+        delivery.columns(0.0, 10, stopped, build)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -73,3 +73,16 @@ def test_overlapping_holds_do_not_keep_it_off_longer_than_the_cap(monkeypatch: p
     assert gc.isenabled()
     with collector_held(60.0):  # every hold ended: the next one holds it off again
         assert not gc.isenabled()
+
+
+def test_a_young_pass_that_came_due_during_a_hold_runs_as_it_ends() -> None:
+    threshold = gc.get_threshold()[0]
+    _gcpause._begin()
+    kept = [[] for _ in range(threshold * 3)]  # objects the collector tracks, alive: a young pass is due
+    assert gc.get_count()[0] > threshold
+    _gcpause._end()
+    _gcpause._begin()  # the next hold at once, nothing allocated in between (a column taker's next part)
+    young = gc.get_count()[0]
+    _gcpause._end()
+    assert young < threshold  # it ran as the first hold ended, not at some allocation while none is held
+    assert len(kept) == threshold * 3
