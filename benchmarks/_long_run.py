@@ -131,11 +131,11 @@ def _columns_step(cluster_id: str) -> Callable[[list[Any]], int]:
 
 def raw_loop(
     kind: str, parts: Sequence[Any], shares: Sequence[Sequence[int]], props: Mapping[str, str]
-) -> tuple[int, float, float, float]:
+) -> tuple[int, float, float, float, int]:
     """``floor``, ``listfloor`` or ``rawcolumns`` (``raw`` is the classic mode's ``raw_drain``) over
     ``len(shares)`` threads: (records, seconds from the first record to the last, process CPU seconds from the
-    start to the last record, first record after s)."""
-    firsts: list[float] = []
+    start to the last record, first record after s, records the first batch had)."""
+    firsts: list[tuple[float, int]] = []
     lasts: list[float] = []
     counts: list[int] = []
     errors: list[BaseException] = []
@@ -145,6 +145,7 @@ def raw_loop(
         try:
             got = 0
             first = None
+            first_n = 0
             for part in parts:
                 expected = part.share(share)
                 consumer = Consumer(
@@ -175,13 +176,13 @@ def raw_loop(
                         messages = consumer.consume(min(2000, expected - done), 0.5)
                         n = take(messages)
                         if n and first is None:
-                            first = time.perf_counter()
+                            first, first_n = time.perf_counter(), n
                         done += n
                 finally:
                     got += done
                     consumer.close()
             with lock:
-                firsts.append(first or time.perf_counter())
+                firsts.append((first or time.perf_counter(), first_n))
                 lasts.append(time.perf_counter())
                 counts.append(got)
         except BaseException as exc:
@@ -197,8 +198,8 @@ def raw_loop(
     cpu = time.process_time() - cpu_start  # from the start, as the other kinds' (start-up is small here)
     if errors:
         raise errors[0]
-    first = min(firsts)
-    return sum(counts), max(lasts) - first, cpu, first - start
+    first, first_n = min(firsts)
+    return sum(counts), max(lasts) - first, cpu, first - start, first_n
 
 
 def take_columns(stream: SourceStream) -> int:

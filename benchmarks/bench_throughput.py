@@ -143,6 +143,7 @@ class Measurement:
     first_record_s: float | None
     close_s: float
     cpu_s: float = 0.0  # process CPU time (every thread: Python, librdkafka) from start to the N-th record
+    first_records: int = 0  # what the first call returned (made before first_record_s: not in steady_rate)
 
     @property
     def cpu_ns_per_record(self) -> float:
@@ -157,10 +158,12 @@ class Measurement:
 
     @property
     def steady_rate(self) -> float:
-        """Records per second from the first record to the last (start-up left out)."""
+        """Records per second from the first record to the last (start-up left out). The records of the
+        first call are left out too: they were made before its time was taken (a ``poll_columns`` call
+        gathers up to 100,000 rows, the raw loops' first ``consume()`` 2,000)."""
         if self.first_record_s is None or self.seconds <= self.first_record_s:
             return self.rate
-        return self.records / (self.seconds - self.first_record_s)
+        return (self.records - self.first_records) / (self.seconds - self.first_record_s)
 
 
 # ----------------------------------------------------------------------------------------------- producing
@@ -213,6 +216,7 @@ def prepare(clusters: Sequence[Cluster], records: int) -> Dataset:
 class _Drained:
     records: int = 0
     first: float | None = None  # perf_counter() of the first record
+    first_records: int = 0  # how many the first consume() returned
     last: float = 0.0  # perf_counter() of the last record
     cpu_last: float = 0.0  # process_time() at the last record
 
@@ -250,6 +254,7 @@ def _raw_drain_one(
         while got < expected:
             # never ask for more than are left: consume() would wait out its timeout for them
             messages = consumer.consume(min(2000, expected - got), 0.5)
+            before = got
             for msg in messages:
                 if msg.error() is None:
                     msg.value()
@@ -257,6 +262,7 @@ def _raw_drain_one(
             if messages:
                 if out.first is None:
                     out.first = clock()
+                    out.first_records = got - before
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise RuntimeError(f"raw drain stalled at {got}/{expected} on {part.topic}")
@@ -293,11 +299,14 @@ def raw_drain(dataset: Dataset, readers: int, props: Mapping[str, str]) -> Measu
             t.join()
     if errors:
         raise errors[0]
-    firsts = [d.first for d in drained if d.first is not None]
-    first = min(firsts) - start if firsts else None
+    earliest = min((d for d in drained if d.first is not None), key=lambda d: d.first or 0.0, default=None)
+    first = earliest.first - start if earliest is not None and earliest.first is not None else None
     elapsed = max(d.last for d in drained) - start
     cpu = max(d.cpu_last for d in drained) - cpu_start  # to the last record, as the source's
-    return Measurement(f"raw-{readers}", sum(d.records for d in drained), elapsed, first, 0.0, cpu)
+    got = sum(d.records for d in drained)
+    return Measurement(
+        f"raw-{readers}", got, elapsed, first, 0.0, cpu, earliest.first_records if earliest else 0
+    )
 
 
 # ----------------------------------------------------------------------------------------------- the source
@@ -371,6 +380,7 @@ def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[s
     source = build_source(dataset, props)
     got = 0
     first: float | None = None
+    first_records = 0
     start = time.perf_counter()
     cpu_start = time.process_time()
     stream = source.open(parallelism=parallelism, registry=CollectorRegistry())
@@ -381,6 +391,7 @@ def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[s
             if n:
                 if first is None:
                     first = time.perf_counter() - start
+                    first_records = n
                 got += n
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
@@ -391,7 +402,7 @@ def source_drain(dataset: Dataset, path: str, parallelism: int, props: Mapping[s
         closing = time.perf_counter()
         stream.close()
         close_s = time.perf_counter() - closing
-    return Measurement(f"{path}-{parallelism}", got, elapsed, first, close_s, cpu)
+    return Measurement(f"{path}-{parallelism}", got, elapsed, first, close_s, cpu, first_records)
 
 
 def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measurement:
@@ -402,8 +413,8 @@ def run_kind(kind: str, dataset: Dataset, props: Mapping[str, str]) -> Measureme
     if name in ("floor", "listfloor", "rawcolumns"):
         n = int(readers)
         shares = [[p for p in range(PARTITIONS) if p * n // PARTITIONS == r] for r in range(n)]
-        got, steady_s, cpu, first = _long_run.raw_loop(name, dataset.parts, shares, props)
-        return Measurement(kind, got, first + steady_s, first, 0.0, cpu)
+        got, steady_s, cpu, first, first_records = _long_run.raw_loop(name, dataset.parts, shares, props)
+        return Measurement(kind, got, first + steady_s, first, 0.0, cpu, first_records)
     return source_drain(dataset, name, int(readers), props)
 
 

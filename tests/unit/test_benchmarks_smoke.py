@@ -291,3 +291,10 @@ def test_judge_prints_the_goals_of_a_written_long_run() -> None:
     }
     text = _long_run.format_long(_long_run.judge(result))
     assert "goal iterate-1 by floor   median 0.970  min 0.900  met" in text
+
+
+def test_a_steady_rate_leaves_out_what_the_first_call_returned() -> None:
+    # 100,000 rows in hand when the first poll_columns returns at 1 s, the last of 1,000,000 at 2 s
+    m = bench_throughput.Measurement("columns-1", 1_000_000, 2.0, 1.0, 0.0, 0.0, 100_000)
+    assert m.steady_rate == pytest.approx(900_000.0)
+    assert bench_throughput.Measurement("raw-1", 1_000_000, 2.0, None, 0.0).steady_rate == 500_000.0
