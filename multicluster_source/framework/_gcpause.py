@@ -75,12 +75,14 @@ def _end() -> None:
 
 
 def _collect_if_due() -> None:
-    """The young generation's pass now, when allocations made while the collector was off made one due.
-    It would run at the next allocation anyway, unless a hold began first: a thread that holds it batch
-    after batch would otherwise put off the passes of every other thread for as long as it keeps on."""
+    """The collector's pass now, when allocations made while it was off made one due. It would run at the
+    next allocation anyway, unless a hold began first: a thread that holds it batch after batch would put off
+    the passes of every other thread for as long as it keeps on. The pass is the collector's own (it runs at
+    an allocation it tracks, and picks the generation: older ones get their turn as they would)."""
     threshold = gc.get_threshold()[0]
     if threshold > 0 and gc.isenabled() and gc.get_count()[0] > threshold:
-        gc.collect(0)
+        tracked = [None]  # an allocation the collector tracks: the pass runs here
+        del tracked
 
 
 class Hold:

@@ -78,7 +78,9 @@ def test_overlapping_holds_do_not_keep_it_off_longer_than_the_cap(monkeypatch: p
 def test_a_young_pass_that_came_due_during_a_hold_runs_as_it_ends() -> None:
     threshold = gc.get_threshold()[0]
     _gcpause._begin()
-    kept = [[] for _ in range(threshold * 3)]  # objects the collector tracks, alive: a young pass is due
+    kept: list[list[int]] = [
+        [] for _ in range(threshold * 3)
+    ]  # objects the collector tracks, alive: a young pass is due
     assert gc.get_count()[0] > threshold
     _gcpause._end()
     _gcpause._begin()  # the next hold at once, nothing allocated in between (a column taker's next part)
@@ -86,3 +88,23 @@ def test_a_young_pass_that_came_due_during_a_hold_runs_as_it_ends() -> None:
     _gcpause._end()
     assert young < threshold  # it ran as the first hold ended, not at some allocation while none is held
     assert len(kept) == threshold * 3
+
+
+def test_back_to_back_holds_leave_the_older_generations_their_turn() -> None:
+    threshold = gc.get_threshold()[0]
+    passes: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    kept: list[object] = []
+    gc.callbacks.append(seen)
+    try:
+        for _ in range(gc.get_threshold()[1] * 3):  # a taker's parts, each allocating more than a young pass
+            _gcpause._begin()
+            kept.append([[] for _ in range(threshold * 2)])
+            _gcpause._end()
+    finally:
+        gc.callbacks.remove(seen)
+    assert passes.count(0) >= gc.get_threshold()[1] and max(passes) >= 1  # not young passes alone
