@@ -299,14 +299,13 @@ def raw_drain(dataset: Dataset, readers: int, props: Mapping[str, str]) -> Measu
             t.join()
     if errors:
         raise errors[0]
-    earliest = min((d for d in drained if d.first is not None), key=lambda d: d.first or 0.0, default=None)
-    first = earliest.first - start if earliest is not None and earliest.first is not None else None
+    # the first record of any thread, and what that thread's first consume() returned (as raw_loop's)
+    firsts = [(d.first - start, d.first_records) for d in drained if d.first is not None]
+    first, first_records = min(firsts) if firsts else (None, 0)
     elapsed = max(d.last for d in drained) - start
     cpu = max(d.cpu_last for d in drained) - cpu_start  # to the last record, as the source's
     got = sum(d.records for d in drained)
-    return Measurement(
-        f"raw-{readers}", got, elapsed, first, 0.0, cpu, earliest.first_records if earliest else 0
-    )
+    return Measurement(f"raw-{readers}", got, elapsed, first, 0.0, cpu, first_records)
 
 
 # ----------------------------------------------------------------------------------------------- the source

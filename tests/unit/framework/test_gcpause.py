@@ -78,9 +78,8 @@ def test_overlapping_holds_do_not_keep_it_off_longer_than_the_cap(monkeypatch: p
 def test_a_young_pass_that_came_due_during_a_hold_runs_as_it_ends() -> None:
     threshold = gc.get_threshold()[0]
     _gcpause._begin()
-    kept: list[list[int]] = [
-        [] for _ in range(threshold * 3)
-    ]  # objects the collector tracks, alive: a young pass is due
+    # objects the collector tracks, kept alive: a young pass is due
+    kept: list[list[int]] = [[] for _ in range(threshold * 3)]
     assert gc.get_count()[0] > threshold
     _gcpause._end()
     _gcpause._begin()  # the next hold at once, nothing allocated in between (a column taker's next part)
