@@ -8,52 +8,75 @@ object (0.2-0.9 s at 36,000 splits, measured, once or more every discovery round
 off while the answer is read, the objects go the way short-lived objects go, by reference counting, and no
 pass sees them: nothing is lost, a collection that came due meanwhile runs at the next allocation after.
 
-:func:`collector_held` holds it off for at most ``at_most_s`` (a cluster that answers slowly does not keep
-it off longer: the hold ends at the next :meth:`Hold.check`). Holds of several threads nest: the collector
-is re-enabled when the last one ends, and only if it was enabled when the first began (an application
-that disabled it keeps it disabled). Holds that overlap one another without end (many clusters) do not keep
-it off for more than :data:`CONTINUOUS_AT_MOST_S` in a row: it is then on until every open hold has ended.
+:func:`collector_held` holds it off for at most ``at_most_s``: a watchdog thread (``mcs-gc-watch``, started
+with the first hold, ending by itself once no hold has been open for :data:`_WATCH_IDLE_S`) ends a hold whose
+time is up, so a caller that never comes back does not keep it off (:meth:`Hold.check` ends it at once).
+Holds of several threads nest: the collector is re-enabled when the last one ends, and only if it was enabled
+when the first began (an application that disabled it keeps it disabled). Holds that overlap one another
+without end (many clusters) do not keep it off for more than :data:`CONTINUOUS_AT_MOST_S` in a row: it is
+then on until every open hold has ended.
 
 A column taker holds it for each batch (:meth:`~multicluster_source.runtime.core._delivery.Delivery.columns`):
 the client's messages live from ``consume()`` to the end of the Arrow build, and the young passes they set
 off (two or three a batch of 2,000, promoting it to older generations, whose growth sets off full
-collections) took 14-15 % of a column drain's time, measured. When the last hold ends and the young
-generation is due (other threads allocated meanwhile), its pass runs at once (:func:`_collect_if_due`):
-back-to-back holds put off no other thread's collections for longer than a hold.
+collections) took 14-15 % of a column drain's time, measured. A record taker's messages and records live
+until the caller comes back for more, so :class:`TakerHold` holds it from the fetch until then (the
+caller's loop body included): by then the batch is gone, and the young count (allocations less
+deallocations) is back where it was, so no pass is due at all. When the last hold ends and the young
+generation is due (the caller kept what it took, or other threads allocated meanwhile), its pass runs at
+once (:func:`_collect_if_due`): back-to-back holds put off no other thread's collections for longer than a
+hold.
 
-Threads: any; the module keeps one count of open holds under a lock.
+Threads: any; the module keeps its count of open holds under a lock. The watchdog only ends holds.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
-__all__ = ["CONTINUOUS_AT_MOST_S", "Hold", "collector_held"]
+__all__ = ["CONTINUOUS_AT_MOST_S", "Hold", "TakerHold", "collector_held"]
 
 CONTINUOUS_AT_MOST_S = 2.0
 """The collector is never held off longer than this in a row, however holds overlap."""
 
+_WATCH_EVERY_S = 0.25
+"""The watchdog looks at the open holds at least this often while any is open."""
+
+_WATCH_IDLE_S = 5.0
+"""The watchdog thread ends once no hold has been open for this long (the next hold starts a new one)."""
+
 _now = time.monotonic
 _lock = threading.Lock()
-_open = 0  # holds open now
+_open: set[Hold] = set()  # holds open now
 _disabled_by_us = False  # the first hold found the collector enabled and disabled it
 _disabled_at = 0.0
+_watching = False  # a watchdog thread runs
+_watch_idle = False  # ... and waits for a hold (``_watch_wake``)
+_watch_wake = threading.Event()
+_T = TypeVar("_T")
 
 
-def _begin() -> None:
-    global _open, _disabled_by_us, _disabled_at
+def _begin(hold: Hold) -> None:
+    global _disabled_by_us, _disabled_at, _watching
     with _lock:
-        if _open == 0:
+        if not _open:
             _disabled_by_us = gc.isenabled()
             if _disabled_by_us:
                 gc.disable()
                 _disabled_at = _now()
-        _open += 1
+        _open.add(hold)
         _cap_locked()
+        if not _watching:
+            _watching = True
+            threading.Thread(target=_watch, name="mcs-gc-watch", daemon=True).start()
+        elif _watch_idle:
+            _watch_wake.set()
 
 
 def _cap_locked() -> None:
@@ -63,11 +86,13 @@ def _cap_locked() -> None:
         gc.enable()
 
 
-def _end() -> None:
-    global _open, _disabled_by_us
+def _end(hold: Hold) -> None:
+    global _disabled_by_us
     with _lock:
-        _open -= 1
-        if not (_open == 0 and _disabled_by_us):
+        if hold not in _open:
+            return  # ended already (its owner and the watchdog may both end it)
+        _open.remove(hold)
+        if _open or not _disabled_by_us:
             return
         _disabled_by_us = False
         gc.enable()
@@ -85,39 +110,111 @@ def _collect_if_due() -> None:
         del tracked
 
 
+def _watch() -> None:
+    """The watchdog thread: ends holds whose time is up, applies the cap; ends when idle long enough."""
+    global _watching, _watch_idle
+    while True:
+        with _lock:
+            now = _now()
+            due = [hold for hold in _open if hold.until <= now]
+            _cap_locked()
+            wait = min([_WATCH_EVERY_S, *(hold.until - now for hold in _open)]) if _open else None
+            if wait is None:
+                _watch_idle = True
+                _watch_wake.clear()
+        for hold in due:
+            hold.end()
+        if due:
+            continue
+        if wait is not None:
+            time.sleep(max(wait, 0.001))
+            continue
+        woken = _watch_wake.wait(_WATCH_IDLE_S)
+        with _lock:
+            _watch_idle = False
+            if not woken and not _open:
+                _watching = False
+                return
+
+
+def _after_fork() -> None:  # the watchdog thread is not in the child; the next hold starts one there
+    global _watching, _watch_idle
+    _watching = _watch_idle = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 class Hold:
     """One open hold of the collector (see :func:`collector_held`)."""
 
+    __slots__ = ("until",)
+
     def __init__(self, at_most_s: float) -> None:
-        self._until = _now() + at_most_s
-        self._held = True
-        _begin()
+        self.until = _now() + at_most_s
+        """Monotonic time at which the hold ends by itself (the watchdog ends it)."""
+        _begin(self)
 
     @property
     def held(self) -> bool:
-        """Whether this hold still counts (it ends after ``at_most_s`` at the next :meth:`check`)."""
-        return self._held
+        """Whether this hold still counts (it ends after ``at_most_s``)."""
+        return self in _open
 
     def check(self) -> None:
-        """End the hold when its time is up (call it before and between waits)."""
-        if self._held and _now() >= self._until:
+        """End the hold when its time is up (call it before and between waits: the watchdog may be later)."""
+        if _now() >= self.until:
             self.end()
         with _lock:
             _cap_locked()
 
     def end(self) -> None:
-        """End the hold now (idempotent)."""
-        if self._held:
-            self._held = False
-            _end()
+        """End the hold now (idempotent; any thread)."""
+        _end(self)
 
 
 @contextmanager
 def collector_held(at_most_s: float) -> Iterator[Hold]:
-    """Hold off the cyclic garbage collector for the block, or until ``at_most_s`` have passed and
-    :meth:`Hold.check` is called, whichever comes first."""
+    """Hold off the cyclic garbage collector for the block, or for ``at_most_s``, whichever ends first."""
     hold = Hold(at_most_s)
     try:
         yield hold
     finally:
         hold.end()
+
+
+class TakerHold:
+    """The collector held off from the fetch of what a caller takes until the caller comes back for more
+    (or :meth:`end`, or ``at_most_s``): see the module's docstring. Never held while the caller waits."""
+
+    def __init__(self, at_most_s: float) -> None:
+        self._at_most_s = at_most_s
+        self._hold: Hold | None = None
+
+    def take(self, take: Callable[[float], _T], timeout: float) -> _T:
+        """``take(0.0)`` (what is ready now, fetched inline) under a new hold, kept when it took something
+        (a non-empty list, an iterator); else ``take(timeout)``, the wait without the hold (what came is
+        then held from there on). Ends the previous hold first."""
+        self.end()
+        hold = Hold(self._at_most_s)
+        try:
+            got = take(0.0)
+            if not got and timeout > 0:
+                hold.end()
+                got = take(timeout)
+                if got:
+                    hold = Hold(self._at_most_s)
+        except BaseException:
+            hold.end()
+            raise
+        if got:
+            self._hold = hold
+        else:
+            hold.end()
+        return got
+
+    def end(self) -> None:
+        """End the current hold (the caller came back, left the loop or closed the stream; any thread)."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.end()

@@ -22,6 +22,7 @@ from multicluster_source.exceptions import (
 from multicluster_source.framework._checkpoint import Checkpoint, CheckpointStore
 from multicluster_source.framework._columns import column_builder
 from multicluster_source.framework._dirlock import DirectoryLock
+from multicluster_source.framework._gcpause import TakerHold
 from multicluster_source.framework._records import MessageBatch, SourceRecord
 from multicluster_source.ops._admin import AdminServer, check_admin_address
 from multicluster_source.ops._admin_target import RecordingSubscriber
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
 _log = logging.getLogger("multicluster_source")
 _T = TypeVar("_T")
 
+_TAKER_HOLD_S = 0.5
+"""The collector is held off for at most this long from a fetch of records until the caller comes back."""
+
 
 class SourceStream:
     """A running source: iterate it, or ``poll()`` it; take checkpoints; close it.
@@ -86,6 +90,7 @@ class SourceStream:
             check_admin_address(admin_address, admin_token)  # refuse before anything starts
         if source.subscriber is None:
             raise ConfigurationError(f"source {source.name}: a reader-only copy cannot be opened")
+        self._held = TakerHold(_TAKER_HOLD_S)  # the collector, while taken records are in the caller's hands
         self._dir_lock: DirectoryLock | None = None
         if checkpoint_dir is not None:  # one owner per checkpoint directory, before anything reads it
             self._dir_lock = DirectoryLock(checkpoint_dir, source.name)
@@ -235,8 +240,10 @@ class SourceStream:
 
         Raises the source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
+        self._held.end()
         self._before_poll("poll()")
-        out = self._taking(lambda: self._delivery.records(timeout, max_records, self._stop_waiting))
+        take = partial(self._delivery.records, max_records=max_records, stopped=self._stop_waiting)
+        out = self._taking(lambda: self._held.take(take, timeout))
         if not out:
             self._raise_if_failed()
         return out
@@ -248,8 +255,10 @@ class SourceStream:
         May be mixed with :meth:`poll`; checkpoints cover every message of every batch returned. Raises the
         source's fatal error if it failed, :class:`StreamClosedError` once the stream is closed.
         """
+        self._held.end()
         self._before_poll("poll_batches()")
-        out = self._taking(lambda: self._delivery.batches(timeout, max_records, self._stop_waiting))
+        take = partial(self._delivery.batches, max_records=max_records, stopped=self._stop_waiting)
+        out = self._taking(lambda: self._held.take(take, timeout))
         if not out:
             self._raise_if_failed()
         return out
@@ -263,6 +272,7 @@ class SourceStream:
         pyarrow (the ``arrow`` extra). May be mixed with :meth:`poll` and the rest; checkpoints cover every
         row returned. Raises as :meth:`poll` does."""
         build = column_builder(headers)
+        self._held.end()  # an Arrow batch is nothing for the collector: held per part while it is made
         self._before_poll("poll_columns()")
         out = self._taking(lambda: self._delivery.columns(timeout, max_records, self._stop_waiting, build))
         if not out:
@@ -309,7 +319,8 @@ class SourceStream:
     def _runs(self) -> Iterator[Iterator[SourceRecord]]:  # one C-level iterator of records per batch
         while self._before_poll(None):
             delivery = self._delivery  # records made as the loop takes them: see Delivery.iterate
-            records = self._taking(partial(delivery.iterate, 0.5, self._stop_waiting))
+            take = partial(delivery.iterate, stopped=self._stop_waiting)
+            records = self._taking(partial(self._held.take, take, 0.5))
             if records is None:
                 self._raise_if_failed()
                 if self._closed or self.finished:
@@ -317,6 +328,7 @@ class SourceStream:
                 continue
             yield records if delivery.views else self._failing(records)
             self._taking(delivery.settle)  # the chain came back for more: the batch was taken
+            self._held.end()  # the batch is gone: the collector finds nothing of it
 
     def _failing(self, records: Iterator[SourceRecord]) -> Iterator[SourceRecord]:
         """``records`` (deserialized ones): a deserializer that raises (policy ``fail``) fails the stream."""
@@ -511,6 +523,7 @@ class SourceStream:
         ``forget_topics=True`` closes the source for good: its topic tracking history is erased
         (tombstones), even when ``topic.tracking.allow.reset`` is false. Idempotent.
         """
+        self._held.end()
         if self._closed:
             return
         if self._sink is not None:  # commit what was returned and produced; abort what cannot commit
