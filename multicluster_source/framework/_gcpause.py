@@ -9,8 +9,9 @@ off while the answer is read, the objects go the way short-lived objects go, by 
 pass sees them: nothing is lost, a collection that came due meanwhile runs at the next allocation after.
 
 :func:`collector_held` holds it off for at most ``at_most_s``: a watchdog thread (``mcs-gc-watch``, started
-with the first hold, ending by itself once no hold has been open for :data:`_WATCH_IDLE_S`) ends a hold whose
-time is up, so a caller that never comes back does not keep it off (:meth:`Hold.check` ends it at once).
+with the first hold, ending once no hold has been open for :data:`_WATCH_IDLE_S`, or when a source closes:
+:func:`stop_watchdog`) ends a hold whose time is up, so a caller that never comes back does not keep it off
+(:meth:`Hold.check` ends it at once).
 Holds of several threads nest: the collector is re-enabled when the last one ends, and only if it was enabled
 when the first began (an application that disabled it keeps it disabled). Holds that overlap one another
 without end (many clusters) do not keep it off for more than :data:`CONTINUOUS_AT_MOST_S` in a row: it is
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["CONTINUOUS_AT_MOST_S", "Hold", "TakerHold", "collector_held"]
+__all__ = ["CONTINUOUS_AT_MOST_S", "Hold", "TakerHold", "collector_held", "stop_watchdog"]
 
 CONTINUOUS_AT_MOST_S = 2.0
 """The collector is never held off longer than this in a row, however holds overlap."""
@@ -56,14 +57,15 @@ _lock = threading.Lock()
 _open: set[Hold] = set()  # holds open now
 _disabled_by_us = False  # the first hold found the collector enabled and disabled it
 _disabled_at = 0.0
-_watching = False  # a watchdog thread runs
+_watchdog: threading.Thread | None = None  # the watchdog thread, while it runs
 _watch_idle = False  # ... and waits for a hold (``_watch_wake``)
+_watch_exit = False  # ... and is to end once no hold is open
 _watch_wake = threading.Event()
 _T = TypeVar("_T")
 
 
 def _begin(hold: Hold) -> None:
-    global _disabled_by_us, _disabled_at, _watching
+    global _disabled_by_us, _disabled_at, _watchdog
     with _lock:
         if not _open:
             _disabled_by_us = gc.isenabled()
@@ -72,9 +74,9 @@ def _begin(hold: Hold) -> None:
                 _disabled_at = _now()
         _open.add(hold)
         _cap_locked()
-        if not _watching:
-            _watching = True
-            threading.Thread(target=_watch, name="mcs-gc-watch", daemon=True).start()
+        if _watchdog is None:
+            _watchdog = threading.Thread(target=_watch, name="mcs-gc-watch", daemon=True)
+            _watchdog.start()
         elif _watch_idle:
             _watch_wake.set()
 
@@ -111,35 +113,48 @@ def _collect_if_due() -> None:
 
 
 def _watch() -> None:
-    """The watchdog thread: ends holds whose time is up, applies the cap; ends when idle long enough."""
-    global _watching, _watch_idle
+    """The watchdog thread: ends holds whose time is up, applies the cap; ends once no hold has been open
+    for :data:`_WATCH_IDLE_S`, or at once when :func:`stop_watchdog` asks."""
+    global _watchdog, _watch_idle, _watch_exit
     while True:
         with _lock:
             now = _now()
             due = [hold for hold in _open if hold.until <= now]
             _cap_locked()
+            if not _open and _watch_exit:
+                _watchdog, _watch_exit, _watch_idle = None, False, False
+                return
             wait = min([_WATCH_EVERY_S, *(hold.until - now for hold in _open)]) if _open else None
-            if wait is None:
-                _watch_idle = True
-                _watch_wake.clear()
+            _watch_idle = wait is None
+            _watch_wake.clear()
         for hold in due:
             hold.end()
         if due:
             continue
         if wait is not None:
             time.sleep(max(wait, 0.001))
-            continue
-        woken = _watch_wake.wait(_WATCH_IDLE_S)
-        with _lock:
-            _watch_idle = False
-            if not woken and not _open:
-                _watching = False
-                return
+        elif not _watch_wake.wait(_WATCH_IDLE_S):
+            with _lock:
+                _watch_exit = _watch_exit or not _open
+
+
+def stop_watchdog(timeout: float = 1.0) -> None:
+    """End the watchdog thread now when no hold is open (a source's close: no thread of it outlives it); the
+    next hold starts another. Waits for it at most ``timeout`` seconds."""
+    global _watch_exit
+    with _lock:
+        thread = _watchdog
+        if thread is None or _open:
+            return
+        _watch_exit = True
+        _watch_wake.set()
+    if thread is not threading.current_thread():
+        thread.join(timeout)
 
 
 def _after_fork() -> None:  # the watchdog thread is not in the child; the next hold starts one there
-    global _watching, _watch_idle
-    _watching = _watch_idle = False
+    global _watchdog, _watch_idle, _watch_exit
+    _watchdog, _watch_idle, _watch_exit = None, False, False
 
 
 if hasattr(os, "register_at_fork"):

@@ -6,6 +6,7 @@ the loop, stops polling or closes the stream."""
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -114,5 +115,6 @@ def test_poll_holds_the_collector_until_the_next_call_and_close_lets_it_go(
                 passes = len(young_passes)
         assert not gc.isenabled()  # the last list is in our hands
     assert gc.isenabled()  # closed: not held any more
+    assert not [t.name for t in threading.enumerate() if t.name == "mcs-gc-watch"]  # nor watched
     assert len(seen) == _RECORDS
     assert 0 <= passes < len(_COUNTED) / gc.get_threshold()[0] / 4, passes

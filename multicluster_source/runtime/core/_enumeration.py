@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from multicluster_source.enumerator._state import state_split_ids
+from multicluster_source.framework._gcpause import stop_watchdog
 from multicluster_source.metadata._model import KafkaMetadataService
 from multicluster_source.runtime.core._checkpointer import Checkpointer
 from multicluster_source.runtime.core._local import Coordinator, ReaderRunner
@@ -78,4 +79,5 @@ def stop_enumeration(
             metadata_service.close()
     except Exception:
         _log.exception("source=%s: metadata service close failed", name)
+    stop_watchdog()  # the collector's (framework._gcpause), when no other source holds it off now
     release_freed_memory()

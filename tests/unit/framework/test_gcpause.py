@@ -218,3 +218,17 @@ def test_a_taker_hold_keeps_an_applications_disabled_collector_disabled() -> Non
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_closing_source_stops_the_watchdog_unless_a_hold_is_open() -> None:
+    def watchdogs() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "mcs-gc-watch"]
+
+    hold = Hold(60.0)
+    _gcpause.stop_watchdog()
+    assert len(watchdogs()) == 1  # another source holds it off now: the watchdog stays
+    hold.end()
+    _gcpause.stop_watchdog()
+    assert watchdogs() == []
+    with collector_held(60.0):
+        assert len(watchdogs()) == 1  # the next hold starts another
