@@ -24,7 +24,7 @@ What lives here:
   of a batch per split (computed by fetchers, once per batch).
 - ``_columns``: Arrow record batches of the client's messages (``poll_columns()``, the Spark source).
 - ``_gcpause``: Python's cyclic garbage collector held off while a client answer of many short-lived
-  objects is read.
+  objects is read, or a batch of records is in the caller's hands.
 - ``_checkpoint`` and ``_storage``: the versioned checkpoint files and the storage seam (directory, object
   store); ``_dirlock``: the one-owner lock of a checkpoint directory.
 
