@@ -41,10 +41,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["CONTINUOUS_AT_MOST_S", "Hold", "TakerHold", "collector_held", "stop_watchdog"]
+__all__ = ["CONTINUOUS_AT_MOST_S", "TAKER_AT_MOST_S", "Hold", "TakerHold", "collector_held", "stop_watchdog"]
 
 CONTINUOUS_AT_MOST_S = 2.0
 """The collector is never held off longer than this in a row, however holds overlap."""
+
+TAKER_AT_MOST_S = 0.5
+"""A record taker's hold (:class:`TakerHold`) ends at the latest this long after its fetch."""
 
 _WATCH_EVERY_S = 0.25
 """The watchdog looks at the open holds at least this often while any is open."""
@@ -202,7 +205,7 @@ class TakerHold:
     """The collector held off from the fetch of what a caller takes until the caller comes back for more
     (or :meth:`end`, or ``at_most_s``): see the module's docstring. Never held while the caller waits."""
 
-    def __init__(self, at_most_s: float) -> None:
+    def __init__(self, at_most_s: float = TAKER_AT_MOST_S) -> None:
         self._at_most_s = at_most_s
         self._hold: Hold | None = None
 

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, Message
 from multicluster_source.exceptions import MultiClusterSourceError
 from multicluster_source.framework._clientconf import cluster_client_config
 from multicluster_source.framework._columns import column_builder
+from multicluster_source.framework._gcpause import Hold
 from multicluster_source.metadata._model import ClusterMetadata
 from multicluster_source.ops._clientlog import client_logging
 from multicluster_source.spark._driver import DataLossError
@@ -34,6 +35,10 @@ _log = logging.getLogger("multicluster_source.spark")
 
 ROWS_PER_BATCH = 10_000
 """Records per Arrow batch handed to Spark."""
+
+_HOLD_AT_MOST_S = 1.0
+"""The collector is held off while a batch is gathered and built (its messages die with the build: the passes
+they would set off only walk and promote them, as in ``poll_columns``) for at most this long."""
 
 _OFFSET_RESET = KafkaError._AUTO_OFFSET_RESET
 
@@ -260,28 +265,41 @@ def _read(task: SplitRange, consumer: Any) -> Iterator[pa.RecordBatch]:
     columns = _Batches(task)
     last_progress = time.monotonic()
     position = start
-    while position < end:
-        messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - position), timeout=0.5)
-        after, error = columns.take(messages, end)
-        if after >= 0:
-            position = after
-            last_progress = time.monotonic()
-        if error is not None:
-            if error.code() != _OFFSET_RESET:
-                raise MultiClusterSourceError(f"split {task.split_id}: the consumer failed: {error.str()}")
-            position = _skip_deleted(consumer, task, position, end)
-        if position < end and not any(m.error() is None for m in messages):
-            # a range may end with transaction markers or aborted records: no record, yet past the end
-            position = max(position, _position(consumer, task))
-            if time.monotonic() - last_progress > timeout:
-                raise TimeoutError(
-                    f"split {task.split_id}: no record in {timeout:.0f} s at offset {position} of "
-                    f"{task.start}..{task.end - 1} (kafkaConsumer.pollTimeoutMs)"
-                )
-        if len(columns.pending) >= ROWS_PER_BATCH:
-            yield columns.batch()
-    if columns.pending:
-        yield columns.batch()
+    hold: Hold | None = None  # the collector: held off from a batch's first consume to its build
+    try:
+        while position < end:
+            hold = hold or Hold(_HOLD_AT_MOST_S)
+            messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - position), timeout=0.5)
+            after, error = columns.take(messages, end)
+            if after >= 0:
+                position = after
+                last_progress = time.monotonic()
+            if error is not None:
+                if error.code() != _OFFSET_RESET:
+                    raise MultiClusterSourceError(
+                        f"split {task.split_id}: the consumer failed: {error.str()}"
+                    )
+                position = _skip_deleted(consumer, task, position, end)
+            if position < end and not any(m.error() is None for m in messages):
+                # a range may end with transaction markers or aborted records: no record, yet past the end
+                position = max(position, _position(consumer, task))
+                if time.monotonic() - last_progress > timeout:
+                    raise TimeoutError(
+                        f"split {task.split_id}: no record in {timeout:.0f} s at offset {position} of "
+                        f"{task.start}..{task.end - 1} (kafkaConsumer.pollTimeoutMs)"
+                    )
+            messages = []  # the batch's messages die with its build, before the hold ends
+            if len(columns.pending) >= ROWS_PER_BATCH or (position >= end and columns.pending):
+                made = columns.batch()
+                hold.end()
+                yield made
+            elif columns.pending:
+                continue
+            hold.end()  # a batch was made, or nothing is gathered: the next consume may wait
+            hold = None
+    finally:
+        if hold is not None:
+            hold.end()
 
 
 def _skip_deleted(consumer: Any, task: SplitRange, position: int, end: int) -> int:

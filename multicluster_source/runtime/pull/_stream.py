@@ -61,9 +61,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("multicluster_source")
 _T = TypeVar("_T")
 
-_TAKER_HOLD_S = 0.5
-"""The collector is held off for at most this long from a fetch of records until the caller comes back."""
-
 
 class SourceStream:
     """A running source: iterate it, or ``poll()`` it; take checkpoints; close it.
@@ -90,7 +87,7 @@ class SourceStream:
             check_admin_address(admin_address, admin_token)  # refuse before anything starts
         if source.subscriber is None:
             raise ConfigurationError(f"source {source.name}: a reader-only copy cannot be opened")
-        self._held = TakerHold(_TAKER_HOLD_S)  # the collector, while taken records are in the caller's hands
+        self._held = TakerHold()  # the collector, while taken records are in the caller's hands
         self._dir_lock: DirectoryLock | None = None
         if checkpoint_dir is not None:  # one owner per checkpoint directory, before anything reads it
             self._dir_lock = DirectoryLock(checkpoint_dir, source.name)

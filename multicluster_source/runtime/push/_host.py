@@ -9,11 +9,13 @@ import queue
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from multicluster_source._clock import clock
 from multicluster_source.exceptions import DeserializationError, ProducerFencedError, SourceFailedError
 from multicluster_source.framework._events import SourceEvent, SplitsFinishedEvent
+from multicluster_source.framework._gcpause import TakerHold
 from multicluster_source.framework._interfaces import InlineStep, RecordBatch, SourceReader
 from multicluster_source.framework._records import SourceRecord
 from multicluster_source.framework._split import KafkaPartitionSplit
@@ -361,6 +363,7 @@ class WorkerHost:
         on_watermark = getattr(handler, "on_watermark", None)
         told: int | None = None
         stopped = self._stopping.is_set
+        held = TakerHold()
         try:
             open_hook = getattr(handler, "open", None)
             if callable(open_hook):
@@ -377,25 +380,15 @@ class WorkerHost:
                 wait = 0.0 if self._unsent_positions else 0.05
                 self._watermark_now = self._watermark  # the run's as this chunk is handed over (late records)
                 self._chunk_times = None
-                n = 0
-                if batches:  # run(..., batches=True): the client's messages as they are
-                    chunks = delivery.batches(wait, _ALL, stopped)
-                    if chunks and self._stopping.is_set():
-                        continue  # taken while stopping, not handled: its records come again
-                    for chunk in chunks:
-                        returned = handler(chunk)
-                        if txn is not None:
-                            txn.produce(returned)
-                        n += len(chunk)
-                else:
-                    records = delivery.records(wait, _ALL, stopped)
-                    if records and self._stopping.is_set():
-                        continue
-                    if records:
-                        returned = handler(records)
-                        if txn is not None:
-                            txn.produce(returned)
-                    n = len(records)
+                # run(..., batches=True): the client's messages as they are; else records
+                source: Any = delivery.batches if batches else delivery.records
+                take = partial(source, max_records=_ALL, stopped=stopped)
+                got: list[Any] = held.take(take, wait)  # the collector held off until the handler is done
+                if got and self._stopping.is_set():
+                    continue  # taken while stopping, not handled: its records come again
+                n = self._hand(got, batches, txn) if got else 0
+                got = []
+                held.end()  # what the handler got is gone (unless it kept it): no pass walks it
                 changes = self._tracker.take_changes()
                 positions = {sid: pos for sid, pos in changes.items() if pos is not None}
                 with self._lock:
@@ -421,6 +414,7 @@ class WorkerHost:
         except BaseException as exc:
             self._failure("handler", exc)
         finally:
+            held.end()
             if txn is not None:
                 txn.close()  # aborts what did not commit
             close_hook = getattr(handler, "close", None)
@@ -429,6 +423,14 @@ class WorkerHost:
                     close_hook()
                 except Exception:
                     _log.exception("reader %d: the handler's close() failed", self._index)
+
+    def _hand(self, taken: list[Any], batches: bool, txn: WorkerTransactions | None) -> int:
+        """Call the handler with what was taken (each batch, or the records at once); how many records."""
+        for part in taken if batches else (taken,):
+            returned = self._handler(part)
+            if txn is not None:
+                txn.produce(returned)
+        return sum(map(len, taken)) if batches else len(taken)
 
     def _delivery(self) -> Delivery:
         """What the handler thread takes from (made again after a rewind, over the new hand-off)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -108,3 +109,38 @@ def test_records_deleted_while_they_are_read_are_skipped_with_fail_on_data_loss_
     log = _PartitionLog(list(range(10)), low=0, stable=10, deleted_to=6)
     with pytest.raises(DataLossError, match=r"east/orders/0: offsets 2\.\.5"):
         list(read_with(_task(0, 10), log))
+
+
+def test_the_collector_is_held_off_from_a_batchs_first_consume_to_its_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_read, "ROWS_PER_BATCH", 3)
+    log = _PartitionLog(list(range(7)), low=0, stable=7)
+    consuming: list[bool] = []
+    one_at_a_time = log.consume
+
+    def consume(num_messages: int, timeout: float) -> list[Any]:  # a batch gathered over several calls
+        consuming.append(gc.isenabled())
+        return one_at_a_time(1, timeout)
+
+    monkeypatch.setattr(log, "consume", consume)
+    handed: list[bool] = []
+    batches = []
+    for batch in read_with(_task(0, 7), log):
+        handed.append(gc.isenabled())
+        batches.append(batch)
+    assert _offsets(batches) == list(range(7)) and [b.num_rows for b in batches] == [3, 3, 1]
+    assert consuming == [False] * 7  # the messages of a batch set off no pass while they are gathered
+    assert handed == [True] * 3 and gc.isenabled()  # on while Spark has the batch
+
+
+def test_a_read_that_fails_while_it_gathers_a_batch_leaves_the_collector_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_read, "ROWS_PER_BATCH", 3)
+    log = _PartitionLog(list(range(8)), low=0, stable=8, deleted_to=5)
+    two_at_a_time = log.consume
+    monkeypatch.setattr(log, "consume", lambda num_messages, timeout: two_at_a_time(2, timeout))
+    with pytest.raises(DataLossError, match=r"offsets 2\.\.4"):  # 0 and 1 gathered, the batch not made
+        list(read_with(_task(0, 8), log))
+    assert gc.isenabled()

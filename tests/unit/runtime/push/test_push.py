@@ -4,6 +4,7 @@ checks, and the checkpoint storages."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 import sys
 import threading
@@ -326,6 +327,20 @@ def test_bounded_run_handles_everything_once_and_checkpoints_the_ends() -> None:
     assert wait_for(
         lambda: not [t for t in threading.enumerate() if t.name.startswith("mcs-") and "fake" in t.name]
     )
+
+
+def test_a_handler_runs_with_the_collector_held_off_and_leaves_it_on() -> None:
+    enabled: list[bool] = []
+    collect = Collect()
+
+    def handler(records: list[SourceRecord]) -> None:
+        enabled.append(gc.isenabled())  # the records are in the handler's hands: no pass walks them
+        collect(records)
+
+    result = _run(FakeSource(ENDS), handler)
+    assert result.finished and Counter(collect.values) == Counter(_all_values(ENDS))
+    assert enabled and not any(enabled)
+    assert gc.isenabled()
 
 
 def test_a_stop_before_the_workers_started_returns_without_reading() -> None:
