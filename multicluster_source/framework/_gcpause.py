@@ -11,11 +11,10 @@ pass sees them: nothing is lost, a collection that came due meanwhile runs at th
 :func:`collector_held` holds it off for at most ``at_most_s``: a watchdog thread (``mcs-gc-watch``, started
 with the first hold, ending once no hold has been open for :data:`_WATCH_IDLE_S`, or when a source closes:
 :func:`stop_watchdog`) ends a hold whose time is up, so a caller that never comes back does not keep it off
-(:meth:`Hold.check` ends it at once).
-Holds of several threads nest: the collector is re-enabled when the last one ends, and only if it was enabled
-when the first began (an application that disabled it keeps it disabled). Holds that overlap one another
-without end (many clusters) do not keep it off for more than :data:`CONTINUOUS_AT_MOST_S` in a row: it is
-then on until every open hold has ended.
+(:meth:`Hold.check` ends it at once). Holds of several threads nest: the collector is re-enabled when the
+last one ends, and only if it was enabled when the first began (an application that disabled it keeps it
+disabled). Holds that overlap one another without end (many clusters, several handler threads) do not keep
+it off for more than :data:`CONTINUOUS_AT_MOST_S` in a row: it is then on until every open hold has ended.
 
 A column taker holds it for each batch (:meth:`~multicluster_source.runtime.core._delivery.Delivery.columns`):
 the client's messages live from ``consume()`` to the end of the Arrow build, and the young passes they set
