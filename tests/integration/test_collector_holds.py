@@ -9,13 +9,13 @@ import gc
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from harness.cluster import Cluster
-from harness.scenario import builder, cluster_md, stream
+from harness.scenario import builder, cluster_md, stream, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +43,6 @@ def young_passes() -> Iterator[list[int]]:
         yield passes
     finally:
         gc.callbacks.remove(seen)
-
-
-def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 class _Cycle:
@@ -87,7 +78,7 @@ def test_a_for_loop_sets_off_almost_no_collections_and_its_own_garbage_is_collec
                 garbage.append(weakref.ref(_Cycle()))
                 if len(seen) == _RECORDS:
                     break
-        assert _until(gc.isenabled)  # left the loop: on again once the hold's time is up
+        assert wait_for(gc.isenabled)  # left the loop: on again once the hold's time is up
         assert s.poll(timeout=0.0) == [] and gc.isenabled()
     assert len(seen) == _RECORDS
     # each client message is a tracked object, alive until its batch is done: without the hold about one

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
+from harness.scenario import wait_for
 from multicluster_source.framework import _gcpause
 from multicluster_source.framework._gcpause import Hold, TakerHold, collector_held
 
@@ -111,19 +110,10 @@ def test_back_to_back_holds_leave_the_older_generations_their_turn() -> None:
     assert passes.count(0) >= gc.get_threshold()[1] and max(passes) >= 1  # not young passes alone
 
 
-def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def test_a_hold_nobody_checks_or_ends_ends_by_itself_when_its_time_is_up() -> None:
     hold = Hold(0.05)  # a caller that took records and never came back
     assert not gc.isenabled()
-    assert _until(lambda: gc.isenabled() and not hold.held)
+    assert wait_for(lambda: gc.isenabled() and not hold.held)
     watchdogs = [t for t in threading.enumerate() if t.name == "mcs-gc-watch"]
     assert len(watchdogs) == 1 and watchdogs[0].daemon
     hold.end()  # its owner ends it later: nothing more happens
@@ -141,17 +131,17 @@ def test_the_watchdog_thread_ends_once_no_hold_is_open_and_the_next_hold_starts_
     monkeypatch.setattr(_gcpause, "_WATCH_IDLE_S", 0.05)
     with collector_held(60.0):
         pass
-    assert _until(lambda: not watchdogs())
+    assert wait_for(lambda: not watchdogs())
     hold = Hold(0.05)
     assert len(watchdogs()) == 1
-    assert _until(lambda: gc.isenabled() and not hold.held)
+    assert wait_for(lambda: gc.isenabled() and not hold.held)
 
 
 def test_the_cap_applies_to_a_hold_that_nobody_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_gcpause, "CONTINUOUS_AT_MOST_S", 0.05)
     with collector_held(60.0):
         assert not gc.isenabled()
-        assert _until(gc.isenabled)  # the watchdog turned it on; the hold still counts
+        assert wait_for(gc.isenabled)  # the watchdog turned it on; the hold still counts
     assert gc.isenabled()
 
 
