@@ -186,6 +186,7 @@ def test_push_workers_report_event_time_and_handlers_hear_the_watermark(
     if runtime == "ray":  # a local Ray started (and shut down) by the run; workers import the test harness
         pythonpath = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
         env = {"runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}}, "include_dashboard": False}
+        options["ray_address"] = "local"  # its own Ray, even when another on this machine is running
         options["ray_init"] = {**env, "num_cpus": 2, "log_to_driver": False, "logging_level": logging.WARNING}
     run = BackgroundRun(source, WatermarkSink(out), 2, runtime=runtime, control=control, **options)
     try:

@@ -243,7 +243,8 @@ def _runtime_options(runtime: str) -> dict[str, Any]:
         return {}
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'multicluster-kafka-source[ray]')")
     pythonpath = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
-    return {  # a local Ray started (and shut down) by run() itself
+    return {  # a local Ray started (and shut down) by run() itself, even when another one is running
+        "ray_address": "local",
         "ray_init": {
             "num_cpus": 2,
             "include_dashboard": False,

@@ -4,7 +4,9 @@ Ray is an optional extra: ``pip install 'multicluster-kafka-source[ray]'``.
 
 * The driver (the process calling ``run``) connects to Ray (``ray.init(address=ray_address, **ray_init)``
   unless Ray is initialized already; a Ray it started is shut down at the end) and keeps the coordinator,
-  the enumerator, checkpoints and topic tracking. Only the driver touches the checkpoint storage.
+  the enumerator, checkpoints and topic tracking. With no ``ray_address`` Ray joins the cluster this
+  machine last started, if any; ``ray_address="local"`` always starts a Ray of the run's own. Only the
+  driver touches the checkpoint storage.
 * Each reader is an actor ``mcs-worker-<source>-<i>-<run>`` (``num_cpus=1`` and
   ``scheduling_strategy="SPREAD"`` unless ``actor_options``/``scheduling_strategy`` say otherwise) running a
   :class:`~multicluster_source.runtime.push._host.WorkerHost` on a thread of its own. It gets a reader-only
@@ -52,6 +54,12 @@ from multicluster_source.runtime.push._worker_sink import RunSink, worker_transa
 
 _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
+_JOINED_A_RUNNING_RAY = (
+    "run(runtime='ray'): with no ray_address, ray.init() joins the Ray cluster this machine last started "
+    "(RAY_ADDRESS, or the address `ray start` left in <ray temp dir>/ray_current_cluster), and that "
+    "cluster refuses ray_init's node settings: {exc} Pass ray_address='local' to start a Ray of this run's "
+    "own, or drop those settings from ray_init to run on the running cluster"
+)
 
 
 def _ray() -> Any:
@@ -229,7 +237,12 @@ class RayTransport:
     def start(self, deliver: Deliver, metrics: SourceMetrics) -> list[WorkerLink]:
         ray = self._ray
         if not ray.is_initialized():
-            ray.init(address=self._address, **self._init_args)
+            try:
+                ray.init(address=self._address, **self._init_args)
+            except ValueError as exc:
+                if self._address is not None or "existing cluster" not in str(exc):
+                    raise
+                raise ConfigurationError(_JOINED_A_RUNNING_RAY.format(exc=exc)) from exc
             self._owns_ray = True
         actor_class = _actor_class()
         try:
