@@ -56,9 +56,10 @@ _log = logging.getLogger("multicluster_source.push")
 POLL_TIMEOUT_S = 0.5
 _JOINED_A_RUNNING_RAY = (
     "run(runtime='ray'): with no ray_address, ray.init() joins the Ray cluster this machine last started "
-    "(RAY_ADDRESS, or the address `ray start` left in <ray temp dir>/ray_current_cluster), and that "
-    "cluster refuses ray_init's node settings: {exc} Pass ray_address='local' to start a Ray of this run's "
-    "own, or drop those settings from ray_init to run on the running cluster"
+    "(RAY_ADDRESS, or the address `ray start` left in <ray temp dir>/ray_current_cluster, which outlives a "
+    "Ray that was killed), and that cluster refuses ray_init's node settings: {exc} Pass "
+    "ray_address='local' to start a Ray of this run's own, or drop those settings from ray_init to run on "
+    "the running cluster"
 )
 
 
