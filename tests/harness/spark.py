@@ -12,27 +12,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SECRET", "SECRET_ENV", "spark_session"]
+__all__ = ["SECRET", "SECRET_ENV", "local_session", "spark_session"]
 
 SECRET_ENV = "MCS_SPARK_TEST_CLIENT_ID"
 SECRET = "client-id-from-the-environment-5f3a"
 
 
-@contextmanager
-def spark_session() -> Iterator[Any]:
-    """One local Spark session with the format ``multicluster-kafka`` registered; stopped on exit."""
+def local_session(app_name: str) -> Any:
+    """A local Spark session (``local[2]``, no UI, on 127.0.0.1) with the format registered: the tests' and
+    the kill test's job's."""
     from pyspark.sql import SparkSession
 
     from multicluster_source.spark import register
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    os.environ[SECRET_ENV] = SECRET
     session = (
         SparkSession.builder.master("local[2]")
-        .appName("multicluster-source-tests")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -41,6 +36,18 @@ def spark_session() -> Iterator[Any]:
     )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
+    return session
+
+
+@contextmanager
+def spark_session() -> Iterator[Any]:
+    """One local Spark session with the format ``multicluster-kafka`` registered; stopped on exit."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ[SECRET_ENV] = SECRET
+    session = local_session("multicluster-source-tests")
     try:
         yield session
     finally:

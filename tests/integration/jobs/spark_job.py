@@ -7,24 +7,16 @@ Usage: spark_job.py METADATA_FILE OUT_DIR CHECKPOINT_DIR follow|available-now
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from pyspark.sql import SparkSession
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for the harness's session
 
-from multicluster_source.spark import register
+from harness.spark import local_session
 
 
 def main() -> None:
     metadata, out, checkpoint, mode = sys.argv[1:5]
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("multicluster-source-kill-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session("multicluster-source-kill-test")
     df = (
         spark.readStream.format("multicluster-kafka")
         .option("metadataFile", metadata)
