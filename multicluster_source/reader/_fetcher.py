@@ -104,6 +104,9 @@ class ClusterFetcher:
         self._consumer: Any = None  # set (under _step) once the fetch thread has its consumer
         self._inline_until = 0.0  # monotonic time until which the taker fetches inline
         self._inline_error: BaseException | None = None  # raised on the fetch thread (reader failure)
+        # an inline step left by KeyboardInterrupt or SystemExit: what its consume() took may be lost, so no
+        # step fetches again until the fetch thread has made the consumer again at every split's position
+        self._inline_cut = False
         self._reporting = False  # the fetch thread takes _step for a lag report (an inline step waits)
         self._thread = threading.Thread(
             target=self._run,
@@ -228,11 +231,13 @@ class ClusterFetcher:
             self._pauses.applied = set()
             self._pauses.apply(consumer, self._progress)
             self._consumer = consumer
+            self._inline_cut = False
         self._s.metrics.reader_restart(self.cluster_id)
         return consumer
 
     def _loop(self, consumer: Any) -> bool:
-        """Fetch until stopped (False), or until a split stalled (True: the consumer must be made again)."""
+        """Fetch until stopped (False), or until a split stalled or an inline step was cut (True: the
+        consumer must be made again)."""
         last_lag = time.monotonic()
         emit = self._ctx.emit
         fetched = False  # the last step handed a batch on (records flow: the taker may fetch them itself)
@@ -245,6 +250,9 @@ class ClusterFetcher:
                 self._wake.clear()
             else:
                 with self._step:
+                    if self._inline_cut:
+                        _log.info("cluster=%s: an inline fetch was cut: reading again", self.cluster_id)
+                        return True
                     self._drain_commands(consumer, block=not self._progress)
                     messages = self._next_batch(consumer) if self._progress else None
                     if messages:
@@ -273,6 +281,7 @@ class ClusterFetcher:
         try:
             consumer = self._consumer
             ready = consumer is not None and bool(self._progress) and self._commands.empty()
+            ready = ready and not self._inline_cut
             n = self._s.batch_max_records * (COLUMN_FETCH_FACTOR if taking_columns() else 1)
             messages = consumer.consume(n, 0) if ready else None
             if messages:
@@ -281,10 +290,14 @@ class ClusterFetcher:
             if consumer is not None and not ready:  # commands (or no splits): the fetch thread's work
                 self._release_inline()
             return ready
-        except BaseException as exc:  # fails this reader on its fetch thread, as if it had fetched
+        except Exception as exc:  # fails this reader on its fetch thread, as if it had fetched
             self._inline_error = exc
             self._release_inline()
             return False
+        except BaseException:  # Ctrl-C (or SIGTERM made one) on the taking thread: the caller's, not ours
+            self._inline_cut = True
+            self._release_inline()
+            raise
         finally:
             step.release()
 

@@ -61,9 +61,9 @@ LONGER: dict[str, tuple[int, str]] = {
         "its status view takes its fields as arguments rather than reading them from another module",
     ),
     "reader/_fetcher.py": (
-        445,
+        460,
         "ClusterFetcher owns one consumer on one thread: fetching, commands, inline steps and making the "
-        "consumer again after a stall all hold its step lock and its progress",
+        "consumer again after a stall or a cut inline step all hold its step lock and its progress",
     ),
 }
 

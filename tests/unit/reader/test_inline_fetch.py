@@ -186,6 +186,64 @@ def test_a_failing_inline_fetch_fails_the_reader_not_the_taker() -> None:
     assert len(context.errors) == 1 and "broken consume" in str(context.errors[0])
 
 
+class _Log(_Feed):
+    """A ``_Feed`` over a log of ``n`` messages that an assign reads from its offset; a ``consume`` on the
+    thread ``cut_on`` takes its messages and raises KeyboardInterrupt (a Ctrl-C arriving as it returns)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.log = list(self.waiting)
+        self.cut_on: str | None = None
+
+    def incremental_assign(self, tps: list[Any]) -> None:
+        super().incremental_assign(tps)
+        with self.lock:
+            self.waiting = deque(m for m in self.log if (m.offset() or 0) >= tps[0].offset)
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        got = super().consume(n, timeout)
+        if got and threading.current_thread().name == self.cut_on:
+            self.cut_on = None
+            raise KeyboardInterrupt
+        return got
+
+
+def test_a_ctrl_c_in_an_inline_fetch_reaches_the_taker_and_nothing_is_lost() -> None:
+    # The taker's KeyboardInterrupt is the caller's to handle (a CLI ends cleanly), not a reader failure; the
+    # messages its consume() took are read again by a consumer made at the split's position.
+    first, handoff = _Log(20_000), Handoff(4)
+    first.cut_on = threading.current_thread().name
+    remade: list[_Log] = []
+
+    def factory(conf: dict[str, Any]) -> _Log:
+        remade.append(_Log(20_000))
+        return remade[-1]
+
+    context = FakeReaderContext(handoff)
+    settings = FetchSettings("src", 0, 100, _Metrics(), poll_timeout_s=0.05, consumer_factory=factory)
+    fetcher = ClusterFetcher("east", {}, settings, context, lambda ids: None, consumer=first)
+    fetcher.start()
+    fetcher.add_splits([KafkaPartitionSplit("east", "t", 0, 0)])
+    offsets: list[int] = []
+    interrupted = 0
+    try:
+        deadline = time.monotonic() + 30
+        while len(offsets) < 20_000 and time.monotonic() < deadline:
+            try:
+                batch = handoff.get(0.2)
+            except KeyboardInterrupt:
+                interrupted += 1
+                continue
+            if batch is not None:
+                offsets += [m.offset() for m in batch.messages]
+    finally:
+        fetcher.stop()
+    assert interrupted == 1 and first.cut_on is None
+    assert context.errors == []
+    assert offsets == list(range(20_000))
+    assert first.count("close") == 1 and len(remade) == 1  # made again once, at the split's position
+
+
 def test_no_step_runs_on_a_stopped_fetchers_consumer() -> None:
     feed, handoff = _Feed(1_000), Handoff(4)
     fetcher, _context = _fetcher(feed, handoff)
