@@ -46,11 +46,8 @@ def test_node_settings_refused_by_a_running_ray_name_the_way_out() -> None:
     """A machine with a Ray running (here: ``RAY_ADDRESS``) and ``ray_init`` sized for a Ray of the run's own:
     Ray's bare "must not be provided" becomes an error that says why and what to pass."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'multicluster-kafka-source[ray]')")
-    env = {
-        **os.environ,
-        "RAY_ADDRESS": "127.0.0.1:1",
-    }  # nothing listens there: Ray refuses before it connects
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # nothing listens at that address: Ray refuses before it connects
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "127.0.0.1:1"}
     done = subprocess.run(
         [sys.executable, "-c", _CHECK], env=env, capture_output=True, text=True, timeout=120, check=False
     )
